@@ -1,0 +1,44 @@
+"""jitops: JIT-compiled elementwise binary ops with NumPy, Paddle (pdpd) and exact broadcasting.
+
+>>> import numpy as np, jitops
+>>> jitops.subtract(np.ones((2, 3, 4, 5)), np.ones((3, 4)), broadcast="pdpd", axis=1).shape
+(2, 3, 4, 5)
+"""
+
+from __future__ import annotations
+
+from . import _threading
+
+_threading.configure()  # before anything can launch a parallel kernel
+
+from ._api import ScalarOverflowError  # noqa: E402
+from ._ops import (  # noqa: E402
+    add,
+    divide,
+    elementwise_add,
+    elementwise_div,
+    elementwise_fmax,
+    elementwise_fmin,
+    elementwise_max,
+    elementwise_min,
+    elementwise_mul,
+    elementwise_sub,
+    fmax,
+    fmin,
+    maximum,
+    minimum,
+    multiply,
+    subtract,
+)
+from ._plan import result_shape  # noqa: E402
+from ._scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
+from ._threading import threading_layer  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
+    "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
+    "elementwise_max", "elementwise_min", "elementwise_fmax", "elementwise_fmin",
+    "result_shape", "threading_layer", "ACTIVATIONS", "ScalarOverflowError", "__version__",
+]

@@ -1,0 +1,36 @@
+"""Tunables and environment switches, in one place so tests and benchmarks can patch them."""
+
+from __future__ import annotations
+
+import os
+
+#: Below this many output elements the serial kernel runs: a parallel launch costs 1-5 us,
+#: more than the whole job (PyTorch's GRAIN_SIZE is 32768; measured here, see benchmarks/).
+PARALLEL_THRESHOLD = int(os.environ.get("JITOPS_PARALLEL_THRESHOLD", 65536))
+
+#: Inner-loop block: one parallel task walks at most this many elements of a row, or packs
+#: whole short rows up to about this many elements. Big enough to amortise the per-task row
+#: setup, small enough that two threads each get many tasks.
+BLOCK = int(os.environ.get("JITOPS_BLOCK", 16384))
+
+
+def cache_enabled() -> bool:
+    """On-disk kernel cache, on unless ``JITOPS_CACHE=0`` (or ``off``/``false``/``no``)."""
+    return os.environ.get("JITOPS_CACHE", "1").strip().lower() not in ("0", "off", "false", "no")
+
+
+def cache_dir() -> str:
+    """Where compiled kernels are kept.
+
+    ``JITOPS_CACHE_DIR`` if set; else ``$NUMBA_CACHE_DIR/jitops`` when the user set Numba's;
+    else ``$XDG_CACHE_HOME/jitops`` (``~/.cache/jitops``): a place the user can always write,
+    unlike a read-only site-packages.
+    """
+    d = os.environ.get("JITOPS_CACHE_DIR")
+    if d:
+        return d
+    d = os.environ.get("NUMBA_CACHE_DIR")
+    if d:
+        return os.path.join(d, "jitops")
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "jitops")

@@ -1,0 +1,72 @@
+"""Device selection: CPU, or CUDA when asked for or when an operand lives on the GPU.
+
+There is never a silent fallback from CUDA to the CPU: when CUDA is wanted and cannot run,
+a RuntimeError says why.
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _is_cuda_array(a) -> bool:
+    import numpy as np
+
+    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
+
+
+def parse(device) -> tuple[str, int]:
+    """``None``/``"cpu"``/``"cuda"``/``"cuda:N"`` -> (kind, index)."""
+    if device is None:
+        return "auto", 0
+    if not isinstance(device, str):
+        raise TypeError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    d = device.strip().lower()
+    if d == "cpu":
+        return "cpu", 0
+    m = re.fullmatch(r"cuda(?::(\d+))?", d)
+    if not m:
+        raise ValueError(f"device must be None, 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+    return "cuda", int(m.group(1) or 0)
+
+
+def cuda_unavailable_reason() -> str | None:
+    """None when a CUDA GPU is usable, else a sentence saying why not."""
+    try:
+        from numba import cuda
+    except Exception as e:  # pragma: no cover - numba always ships numba.cuda (or numba-cuda)
+        return f"numba.cuda cannot be imported ({e}); install jitops[cuda]"
+    try:
+        if cuda.is_available():
+            return None
+        from numba.cuda.cudadrv import driver  # noqa: F401
+
+        try:
+            cuda.cudadrv.driver.driver.get_device_count()
+        except Exception as e:
+            return f"no usable CUDA driver or device: {e}".strip()
+        return "CUDA reports no available GPU"
+    except Exception as e:
+        return f"CUDA is not usable: {e}"
+
+
+def select(device, x, y, out, fname: str) -> str:
+    kind, index = parse(device)
+    wants_cuda = any(_is_cuda_array(a) for a in (x, y, out))
+    if kind == "cpu":
+        if wants_cuda:
+            raise ValueError(f"jitops.{fname}: device='cpu' but an operand is a CUDA array; "
+                             "copy it to the host first (no implicit device transfers)")
+        return "cpu"
+    if kind == "auto" and not wants_cuda:
+        return "cpu"
+    why = cuda_unavailable_reason()
+    if why is not None:
+        raise RuntimeError(f"jitops.{fname}: CUDA was requested but cannot run: {why}")
+    return f"cuda:{index}"
+
+
+def run_cuda(op, fname, x, y, mode, axis, act, out, target):
+    from . import _cuda
+
+    return _cuda.binary(op, fname, x, y, mode, axis, act, out, target)

@@ -1,0 +1,144 @@
+"""The eight public ops and the eight Paddle-style names, made by one factory each."""
+
+from __future__ import annotations
+
+from ._api import binary
+from ._scalar import ACT_NAMES
+
+_MATH = {
+    "add": ("x + y", "Integers wrap on overflow; bool + bool is logical or."),
+    "subtract": ("x - y", "Integers wrap on overflow; bool - bool is a TypeError, as in NumPy."),
+    "multiply": ("x * y", "Integers wrap on overflow; bool * bool is logical and."),
+    "divide": ("x / y", "True division: integers and bools give float64; division by zero "
+               "gives inf or nan and never raises."),
+    "maximum": ("max(x, y)", "NaN-propagating, like numpy.maximum. Not defined for complex."),
+    "minimum": ("min(x, y)", "NaN-propagating, like numpy.minimum. Not defined for complex."),
+    "fmax": ("max(x, y) ignoring NaN", "One NaN gives the other value; two NaNs give the "
+             "first operand's NaN, bit for bit (paddle.fmax). Not defined for complex."),
+    "fmin": ("min(x, y) ignoring NaN", "One NaN gives the other value; two NaNs give the "
+             "first operand's NaN, bit for bit (paddle.fmin). Not defined for complex."),
+}
+
+_DOC = """Elementwise {math}, with NumPy, Paddle (``pdpd``) or exact-shape broadcasting.
+
+{notes}
+
+Parameters
+----------
+x, y : array_like or CUDA array
+    Operands: NumPy arrays (any strides, byte order, read-only), anything ``numpy.asarray``
+    takes, Python scalars (NumPy 2 "weak" promotion: ``float32 array - 3.0`` stays float32),
+    or CUDA arrays (``__cuda_array_interface__``).
+broadcast : {{"numpy", "pdpd", "none"}}, default "numpy"
+    ``numpy``: NumPy's rule. ``pdpd``: PaddlePaddle's ``axis`` rule (the lower-rank operand is
+    laid onto the other starting at ``axis``; size-1 dims broadcast on both sides). ``none``:
+    shapes must be equal. Case-insensitive (OpenVINO's ``auto_broadcast`` names).
+axis : int, default -1
+    Start axis for ``pdpd``; -1 means ``|rank(x) - rank(y)|``. Must stay -1 otherwise.
+act : str, optional
+    Activation fused into the same pass: {acts}. ``relu``/``relu6`` work on every real dtype,
+    the others need a floating result.
+out : ndarray, optional
+    Where to write: exactly the broadcast shape and result dtype. It may be ``x`` or ``y``
+    (in place) or overlap them; the result is always NumPy's for the same call.
+device : {{None, "cpu", "cuda", "cuda:N"}}
+    None runs on CUDA when an operand is a CUDA array, else on the CPU.
+
+Returns
+-------
+numpy.ndarray or CUDA array
+    A new array (or ``out``). Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
+    memory order follows the inputs like NumPy's ``order="K"``.
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, a bad ``broadcast``/``axis``/``act``, ``out`` of the wrong
+    shape, read-only or with internal overlap.
+TypeError
+    Unsupported dtypes (object, strings, datetimes...), ``out`` of the wrong dtype, ``act``
+    needing a float on an integer result.
+RuntimeError
+    ``device="cuda"`` without a usable GPU (there is never a silent CPU fallback).
+
+Examples
+--------
+>>> import numpy as np, jitops
+>>> x = np.ones((2, 3, 4, 5), np.float32)
+>>> jitops.{name}(x, np.ones((3, 4), np.float32), broadcast="pdpd", axis=1).shape
+(2, 3, 4, 5)
+"""
+
+
+def _make(op: str):
+    def fn(x, y, *, broadcast="numpy", axis=-1, act=None, out=None, device=None):
+        return binary(op, op, x, y, broadcast, axis, act, out, device)
+
+    fn.__name__ = fn.__qualname__ = op
+    fn.__module__ = "jitops"
+    math, notes = _MATH[op]
+    fn.__doc__ = _DOC.format(math=math, notes=notes, name=op, acts=", ".join(ACT_NAMES))
+    return fn
+
+
+add = _make("add")
+subtract = _make("subtract")
+multiply = _make("multiply")
+divide = _make("divide")
+maximum = _make("maximum")
+minimum = _make("minimum")
+fmax = _make("fmax")
+fmin = _make("fmin")
+
+# -- Paddle-style names -------------------------------------------------------------------------
+_PADDLE = {
+    "elementwise_add": "add", "elementwise_sub": "subtract", "elementwise_mul": "multiply",
+    "elementwise_div": "trunc_divide", "elementwise_max": "maximum",
+    "elementwise_min": "minimum", "elementwise_fmax": "fmax", "elementwise_fmin": "fmin",
+}
+
+_PDOC = """Paddle's ``{pname}(x, y, axis=-1, act=None, name=None)``: :func:`jitops.{op}` with
+``broadcast="pdpd"``.
+
+{extra}``name`` is accepted and ignored, as in Paddle's dygraph mode. ``broadcast``, ``out`` and
+``device`` are also accepted (keyword-only), with the meaning they have in :func:`jitops.{op}`.
+
+Examples
+--------
+>>> import numpy as np, jitops
+>>> jitops.{pname}(np.array([2., 3., 4.]), np.array([1., 5., 2.])).tolist()
+{example}
+"""
+
+_EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]", "multiply": "[2.0, 15.0, 8.0]",
+             "trunc_divide": "[2.0, 0.6, 2.0]", "maximum": "[2.0, 5.0, 4.0]",
+             "minimum": "[1.0, 3.0, 2.0]", "fmax": "[2.0, 5.0, 4.0]", "fmin": "[1.0, 3.0, 2.0]"}
+
+
+def _make_paddle(pname: str, op: str):
+    def fn(x, y, axis=-1, act=None, name=None, *, broadcast="pdpd", out=None, device=None):
+        return binary(op, pname, x, y, broadcast, axis, act, out, device)
+
+    fn.__name__ = fn.__qualname__ = pname
+    fn.__module__ = "jitops"
+    extra = ("On integers it keeps the integer dtype and truncates toward zero (7 / -2 = -3), "
+             "and raises ZeroDivisionError before writing anything if y contains 0, as Paddle "
+             "does; other dtypes divide as :func:`jitops.divide`.\n\n") if op == "trunc_divide" else ""
+    public = "divide" if op == "trunc_divide" else op
+    fn.__doc__ = _PDOC.format(pname=pname, op=public, extra=extra, example=_EXAMPLES[op])
+    return fn
+
+
+elementwise_add = _make_paddle("elementwise_add", "add")
+elementwise_sub = _make_paddle("elementwise_sub", "subtract")
+elementwise_mul = _make_paddle("elementwise_mul", "multiply")
+elementwise_div = _make_paddle("elementwise_div", "trunc_divide")
+elementwise_max = _make_paddle("elementwise_max", "maximum")
+elementwise_min = _make_paddle("elementwise_min", "minimum")
+elementwise_fmax = _make_paddle("elementwise_fmax", "fmax")
+elementwise_fmin = _make_paddle("elementwise_fmin", "fmin")
+
+OPS = {f.__name__: f for f in (add, subtract, multiply, divide, maximum, minimum, fmax, fmin)}
+PADDLE_OPS = {f.__name__: f for f in (
+    elementwise_add, elementwise_sub, elementwise_mul, elementwise_div, elementwise_max,
+    elementwise_min, elementwise_fmax, elementwise_fmin)}

@@ -1,0 +1,174 @@
+"""Kernel specialisation as a Numba type: which op, which activation, which dtypes.
+
+The CPU kernels are a handful of module-level functions (so Numba's on-disk cache can find
+them). They are specialised per op and dtype not by copying them, but through one argument, a
+:class:`KernelSpec`, whose Numba type carries ``(op, act, x, y, out, compute)`` in its *name*.
+Numba compiles one machine-code version per distinct type, and because the name is the same
+in every process the cache index hits (function-typed arguments would not: their type names
+embed addresses, and the cache would grow by one entry per process).
+
+The overloads below turn a spec into code at compile time: typed data pointers, the load
+(float16 bits -> float32, otherwise a cast to the compute type), the scalar op and activation
+from :mod:`jitops._scalar`, and the store (float32 -> float16 bits, bool -> 0/1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.extending import (
+    NativeValue,
+    intrinsic,
+    models,
+    overload,
+    register_model,
+    typeof_impl,
+    unbox,
+)
+from numba.np.numpy_support import from_dtype
+
+from . import _scalar
+from ._half import float_to_half, half_to_float
+
+_BOOL = np.dtype(bool)
+_HALF = np.dtype(np.float16)
+
+
+def _storage(dt: np.dtype):
+    """Numba type of the memory words of dtype ``dt`` (bool is a byte, float16 two bytes)."""
+    if dt == _BOOL:
+        return types.uint8
+    if dt == _HALF:
+        return types.uint16
+    return from_dtype(dt)
+
+
+class KernelSpecType(types.Dummy):
+    """Numba type of a :class:`KernelSpec`; all information is in the (stable) name."""
+
+    def __init__(self, op: str, act: str | None, x: str, y: str, out: str, compute: str):
+        self.op, self.act, self.x, self.y, self.out, self.compute = op, act, x, y, out, compute
+        super().__init__(name=f"jitops.KernelSpec({op},{act},{x},{y},{out},{compute})")
+
+    def __reduce__(self):  # the cache index pickles signatures
+        return (KernelSpecType, (self.op, self.act, self.x, self.y, self.out, self.compute))
+
+
+register_model(KernelSpecType)(models.OpaqueModel)
+
+
+@unbox(KernelSpecType)
+def _unbox_spec(typ, obj, c):
+    return NativeValue(c.context.get_constant_null(types.voidptr))
+
+
+class KernelSpec:
+    """What one kernel instance computes. Interned: one object per distinct specialisation."""
+
+    __slots__ = ("op", "act", "x", "y", "out", "compute", "numba_type")
+    _interned: dict[tuple, KernelSpec] = {}
+
+    def __new__(cls, op: str, act: str | None, x: np.dtype, y: np.dtype, out: np.dtype,
+                compute: np.dtype) -> KernelSpec:
+        key = (op, act, x, y, out, compute)
+        self = cls._interned.get(key)
+        if self is None:
+            self = super().__new__(cls)
+            self.op, self.act, self.x, self.y, self.out, self.compute = key
+            self.numba_type = KernelSpecType(op, act, x.name, y.name, out.name, compute.name)
+            cls._interned[key] = self
+        return self
+
+    def __repr__(self) -> str:
+        return f"KernelSpec(op={self.op!r}, act={self.act!r}, x={self.x}, y={self.y}, " \
+               f"out={self.out}, compute={self.compute})"
+
+
+@typeof_impl.register(KernelSpec)
+def _typeof_spec(val, c):
+    return val.numba_type
+
+
+# -- compile-time helpers the kernels call -----------------------------------------------------
+
+@intrinsic
+def _as_pointer(typingctx, addr, ty):
+    """An integer address -> a typed pointer ``CPointer(ty)`` (indexable like an array)."""
+    if not isinstance(ty, types.NumberClass):
+        return None
+    sig = types.CPointer(ty.instance_type)(addr, ty)
+
+    def codegen(context, builder, signature, args):
+        return builder.inttoptr(args[0], context.get_value_type(signature.return_type))
+
+    return sig, codegen
+
+
+def pointers(spec, po, px, py):
+    """(out, x, y) typed data pointers for ``spec``'s storage types."""
+
+
+@overload(pointers, jit_options={"error_model": "numpy"})
+def _ov_pointers(spec, po, px, py):
+    if not isinstance(spec, KernelSpecType):
+        return None
+    to, tx, ty = (_storage(np.dtype(n)) for n in (spec.out, spec.x, spec.y))
+
+    def impl(spec, po, px, py):
+        return _as_pointer(po, to), _as_pointer(px, tx), _as_pointer(py, ty)
+
+    return impl
+
+
+_JIT_CACHE: dict[object, object] = {}
+
+
+def _jit(fn):
+    """njit once per table function (compiled lazily, per type, when first used)."""
+    d = _JIT_CACHE.get(fn)
+    if d is None:
+        d = _JIT_CACHE[fn] = njit(error_model="numpy")(fn)
+    return d
+
+
+@njit
+def _identity(v):
+    return v
+
+
+@njit
+def _to_bool_byte(v):
+    return types.uint8(1) if v != 0 else types.uint8(0)
+
+
+def element(spec, a, b):
+    """One output word from one x word and one y word (storage types in and out)."""
+
+
+@overload(element, jit_options={"error_model": "numpy"})
+def _ov_element(spec, a, b):
+    if not isinstance(spec, KernelSpecType):
+        return None
+    T = from_dtype(np.dtype(spec.compute))
+    op = _jit(_scalar.OPS[spec.op])
+    act = _jit(_scalar.ACTS[spec.act])
+    load_x = half_to_float if spec.x == "float16" else _identity
+    load_y = half_to_float if spec.y == "float16" else _identity
+    if spec.out == "float16":
+        store = float_to_half
+    elif spec.out == "bool":
+        store = _to_bool_byte
+    else:
+        O = from_dtype(np.dtype(spec.out))
+
+        @njit
+        def store(v):
+            return O(v)
+
+    def impl(spec, a, b):
+        return store(act(op(T(load_x(a)), T(load_y(b)), T), T))
+
+    return impl
+
+
+__all__ = ["KernelSpec", "KernelSpecType", "pointers", "element"]

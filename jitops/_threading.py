@@ -1,0 +1,95 @@
+"""Choosing a Numba threading layer that never kills the process.
+
+Measured on these machines: ``workqueue`` aborts when two Python threads launch a parallel
+kernel at once; GNU ``omp`` kills a forked child that launches one; ``tbb`` survives both.
+pip's ``tbb`` wheel installs ``libtbb.so.12`` under ``sys.prefix/lib``, where the dynamic
+loader does not look, so it is loaded here with ``RTLD_GLOBAL`` before Numba's first parallel
+launch. Where TBB cannot be had, the unsafe layers are made safe by policy: parallel launches
+are serialised under a lock (workqueue), and a forked child runs the serial kernels (omp).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+import threading
+
+import numba
+
+_lock = threading.Lock()
+_state = {"tbb_loaded": False, "tbb_path": None, "forked": False, "launched": False}
+
+
+def _tbb_candidates() -> list[str]:
+    names = []
+    for prefix in dict.fromkeys((sys.prefix, sys.exec_prefix, sys.base_prefix)):
+        names += sorted(glob.glob(os.path.join(prefix, "lib", "libtbb.so.12*")))
+    names.append("libtbb.so.12")  # anything on the loader's path
+    return names
+
+
+def _load_tbb() -> bool:
+    for name in _tbb_candidates():
+        try:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        except OSError:
+            continue
+        _state["tbb_loaded"], _state["tbb_path"] = True, name
+        return True
+    return False
+
+
+def configure() -> None:
+    """Called once at import: prefer TBB unless the user chose a layer explicitly."""
+    user_choice = os.environ.get("NUMBA_THREADING_LAYER")
+    if _load_tbb() and not user_choice:
+        numba.config.THREADING_LAYER = "tbb"
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _state["forked"] = True
+    _lock = threading.Lock()  # a lock held by another thread at fork time would never open
+
+
+def threading_layer() -> str:
+    """The Numba threading layer jitops runs on.
+
+    The layer actually in use once a parallel kernel has run; before that, the one that will be
+    chosen (``"tbb"`` when TBB could be loaded, else Numba's configured preference).
+    """
+    if _state["launched"]:
+        return numba.threading_layer()
+    layer = numba.config.THREADING_LAYER
+    return layer
+
+
+def parallel_allowed() -> bool:
+    """False in a forked child of a process whose layer (GNU OpenMP) cannot survive fork."""
+    if _state["forked"] and _state["launched"] and numba.threading_layer() == "omp":
+        return False
+    return True
+
+
+def launch_parallel(kernel, *args) -> None:
+    """Run a parallel kernel, serialising launches where the layer is not thread-safe."""
+    if _state["launched"] and numba.threading_layer() != "workqueue":
+        kernel(*args)
+        return
+    with _lock:  # first launch (layer not yet known) or workqueue: one launch at a time
+        kernel(*args)
+        _state["launched"] = True
+
+
+def info() -> dict:
+    """What the threading setup is, for ``python -m jitops info`` and bug reports."""
+    return {
+        "threading_layer": threading_layer(),
+        "num_threads": numba.get_num_threads(),
+        "tbb_loaded": _state["tbb_loaded"],
+        "tbb_path": _state["tbb_path"],
+    }
