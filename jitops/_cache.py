@@ -13,7 +13,7 @@ import hashlib
 import os
 
 import numba
-from numba.core.caching import FunctionCache, _CacheLocator
+from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
 
 from . import _config
 
@@ -57,8 +57,18 @@ class _JitopsLocator(_CacheLocator):
         return self
 
 
-class _JitopsCache(FunctionCache):
+class _JitopsCacheImpl(CompileResultCacheImpl):
     _locator_classes = [_JitopsLocator]
+
+
+class _JitopsCache(FunctionCache):
+    _impl_class = _JitopsCacheImpl
+
+
+def location(dispatcher) -> str | None:
+    """The directory a dispatcher's cache files go to (None when caching is off)."""
+    cache = getattr(dispatcher, "_cache", None)
+    return getattr(cache, "_cache_path", None)
 
 
 def enable(dispatcher) -> bool:

@@ -1,0 +1,81 @@
+"""Shared oracles and data generators for the kernel tests."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import jitops
+
+OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin")
+REAL_ONLY = {"maximum", "minimum", "fmax", "fmin"}
+DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+          "float16", "float32", "float64", "complex64", "complex128")
+
+
+def valid(op: str, dtype) -> bool:
+    dt = np.dtype(dtype)
+    if op == "subtract" and dt == bool:
+        return False
+    if op in REAL_ONLY and dt.kind == "c":
+        return False
+    return True
+
+
+def sample(rng, shape, dtype):
+    """Values that exercise the edges: extremes, zeros, NaN/inf/-0.0 for floats."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64))
+    if dt == bool:
+        a = rng.integers(0, 2, n).astype(bool)
+    elif dt.kind in "iu":
+        info = np.iinfo(dt)
+        a = rng.integers(info.min, info.max, n, dtype=dt, endpoint=True)
+        edges = np.array([info.min, info.max, 0, 1, info.max // 2], dtype=dt)
+        a[: min(n, 5)] = edges[: min(n, 5)]
+    else:
+        real = np.dtype(dt.char.lower() if dt.kind != "c" else ("f4" if dt.itemsize == 8 else "f8"))
+        a = (rng.standard_normal(n) * 50).astype(real)
+        edges = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0, 1.0], dtype=real)
+        k = min(n, 6)
+        pos = rng.permutation(n)[:k]
+        a[pos] = edges[:k]
+        if dt.kind == "c":
+            a = a + 1j * (rng.standard_normal(n) * 50).astype(real)
+            a = a.astype(dt)
+    return a.reshape(shape)
+
+
+def numpy_op(op: str, x, y, **kw):
+    if op in REAL_ONLY or op in ("add", "subtract", "multiply", "divide"):
+        with np.errstate(all="ignore"):
+            return getattr(np, op)(x, y, **kw)
+    raise KeyError(op)
+
+
+def assert_same(got, exp, op: str = "", first=None, second=None):
+    """Exact equality (NaNs at the same places); an ulp of tolerance only for complex * and /.
+
+    For fmin/fmax where both operands are NaN, jitops returns the first operand's NaN bits
+    (Paddle's rule) while NumPy returns the second's, so those positions compare as NaN only
+    and their bits are checked against ``first`` when it is given.
+    """
+    got, exp = np.asarray(got), np.asarray(exp)
+    assert got.shape == exp.shape, (got.shape, exp.shape)
+    assert got.dtype == exp.dtype, (got.dtype, exp.dtype)
+    if exp.dtype.kind == "c" and op in ("multiply", "divide"):
+        # Complex products/quotients may round differently from NumPy's loops by an ulp.
+        np.testing.assert_allclose(got, exp, rtol=1e-5 if exp.dtype == np.complex64 else 1e-12,
+                                   equal_nan=True)
+        return
+    np.testing.assert_array_equal(got, exp)
+    if op in ("fmin", "fmax") and exp.dtype.kind == "f" and first is not None:
+        fx, fy = np.broadcast_arrays(np.asarray(first), np.asarray(second))
+        both = np.isnan(fx) & np.isnan(fy)
+        bits = {2: np.uint16, 4: np.uint32, 8: np.uint64}[exp.dtype.itemsize]
+        if both.any():
+            np.testing.assert_array_equal(got[both].view(bits),
+                                          fx[both].astype(exp.dtype).view(bits))
+
+
+def call(op, *a, **k):
+    return getattr(jitops, op)(*a, **k)
