@@ -44,10 +44,10 @@ def cuda_unavailable_reason() -> str | None:
         try:
             cuda.cudadrv.driver.driver.get_device_count()
         except Exception as e:
-            return f"no usable CUDA driver or device: {e}".strip()
+            return "no usable CUDA driver or device: " + " ".join(str(e).split())
         return "CUDA reports no available GPU"
     except Exception as e:
-        return f"CUDA is not usable: {e}"
+        return "CUDA is not usable: " + " ".join(str(e).split())
 
 
 def select(device, x, y, out, fname: str) -> str:

@@ -107,8 +107,9 @@ def elu(v, T):
 
 
 def gelu(v, T):
-    # The exact (erf) form, as paddle.nn.functional.gelu(approximate=False).
-    return T(0.5) * v * (T(1) + T(math.erf(v * T(0.7071067811865476))))
+    # The exact (erf) form, as paddle.nn.functional.gelu(approximate=False), written with
+    # erfc: 1 + erf(z) == erfc(-z), without the cancellation 1 + erf(z) suffers for z << 0.
+    return T(0.5) * v * T(math.erfc(-v * T(0.7071067811865476)))
 
 
 def sigmoid(v, T):

@@ -1,0 +1,108 @@
+"""Command line: ``python -m jitops {info,demo,bench}``."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+
+import numpy as np
+
+
+def _demo() -> int:
+    import jitops
+
+    def show(title, value):
+        if isinstance(value, (tuple, str)):
+            body = str(value)
+        else:
+            arr = np.asarray(value)
+            body = " ".join(np.array2string(arr, separator=", ").split()) + f"  ({arr.dtype})"
+        print(f"  {title:<58} -> {body}")
+
+    print("Paddle elementwise_sub (seed 000):")
+    show("elementwise_sub([2,3,4], [1,5,2])",
+         jitops.elementwise_sub(np.float32([2, 3, 4]), np.float32([1, 5, 2])))
+    x = np.ones((2, 3, 4, 5), np.float32)
+    show("elementwise_sub(ones(2,3,4,5), zeros(3,4), axis=1).shape",
+         jitops.elementwise_sub(x, np.zeros((3, 4), np.float32), axis=1).shape)
+    show("elementwise_sub(X(2,3,4,5), Y(5,), axis=3).shape",
+         jitops.elementwise_sub(x, np.ones(5, np.float32), axis=3).shape)
+    print("Paddle elementwise_add (seed 002): X(2,3,4,5) with")
+    for ys, ax in [((2, 3, 4, 5), -1), ((), -1), ((5,), -1), ((4, 5), 2), ((3, 4), 1), ((2,), 0),
+                   ((2, 1), 0)]:
+        r = jitops.elementwise_add(x, np.ones(ys, np.float32), axis=ax)
+        show(f"Y{ys} axis={ax}", f"shape {r.shape}, all 2: {bool((r == 2).all())}")
+    print("Paddle elementwise_mul (seed 003):")
+    show("elementwise_mul([2,3,4], [1,5,2])", jitops.elementwise_mul(np.array([2, 3, 4]),
+                                                                    np.array([1, 5, 2])))
+    print("OpenVINO Subtract-1 (seed 001):")
+    show("subtract((256,56), (256,56), broadcast='none').shape",
+         jitops.subtract(np.ones((256, 56)), np.ones((256, 56)), broadcast="none").shape)
+    show("subtract((8,1,6,1), (7,1,5), broadcast='numpy').shape",
+         jitops.subtract(np.ones((8, 1, 6, 1)), np.ones((7, 1, 5)), broadcast="numpy").shape)
+    print("paddle.fmin (seed 004):")
+    show("fmin([[1,2],[7,8]], [[3,4],[5,6]])",
+         jitops.fmin(np.array([[1, 2], [7, 8]]), np.array([[3, 4], [5, 6]])))
+    show("fmin([[[1,2,3],[1,2,3]]], [3,0,4])",
+         jitops.fmin(np.array([[[1, 2, 3], [1, 2, 3]]]), np.array([3, 0, 4])))
+    show("fmin([2,3,5], [1,nan,nan]) float32",
+         jitops.fmin(np.float32([2, 3, 5]), np.float32([1, np.nan, np.nan])))
+    show("fmin([5,3,inf], [1,-inf,5]) float64",
+         jitops.fmin(np.float64([5, 3, np.inf]), np.float64([1, -np.inf, 5])))
+    print("Fused activation:")
+    show("subtract([-1,2], [1,1], act='relu')",
+         jitops.subtract(np.float32([-1, 2]), np.float32([1, 1]), act="relu"))
+    return 0
+
+
+def _info() -> int:
+    import numba
+
+    import jitops
+    from jitops import _cache, _cpu, _device, _threading
+
+    jitops.add(np.ones(1 << 17), 1.0)  # run a parallel kernel so the layer is the real one
+    th = _threading.info()
+    why = _device.cuda_unavailable_reason()
+    rows = [
+        ("jitops", jitops.__version__), ("python", platform.python_version()),
+        ("numpy", np.__version__), ("numba", numba.__version__),
+        ("cpu", platform.processor() or platform.machine()),
+        ("threading layer", th["threading_layer"]), ("threads", th["num_threads"]),
+        ("tbb library", th["tbb_path"] or "not found"),
+        ("cuda", "available" if why is None else f"not available: {why}"),
+        ("kernel cache", _cache.location(_cpu._kernel_serial) or "off"),
+    ]
+    for k, v in rows:
+        print(f"{k:>16}: {v}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jitops", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    sub.add_parser("info", help="versions, threading layer, threads, CUDA, cache location")
+    sub.add_parser("demo", help="the seed documents' examples with their results")
+    b = sub.add_parser("bench", help="run the benchmark suite (see benchmarks/)")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")
+    a = p.parse_args(argv)
+    if a.cmd == "demo":
+        return _demo()
+    if a.cmd == "info":
+        return _info()
+    import os
+    import runpy
+
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    script = os.path.join(here, "benchmarks", "run.py")
+    if not os.path.exists(script):
+        print("benchmarks/run.py not found: run from a source checkout", file=sys.stderr)
+        return 2
+    sys.argv = [script, *a.args]
+    runpy.run_path(script, run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
