@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import _config, _cpu, _threading
+from . import _config, _cpu, _device, _threading
+from ._device import is_cuda_array
 from ._dtypes import WEAK_SCALARS, check_dtype, resolve
 from ._plan import _check_axis_type, make_plan, normalize_mode
 from ._scalar import ACT_NAMES
@@ -17,10 +18,6 @@ from ._spec import KernelSpec
 
 class ScalarOverflowError(OverflowError, ValueError):
     """A Python integer that does not fit the operation's dtype (NumPy raises OverflowError)."""
-
-
-def _is_cuda_array(a: object) -> bool:
-    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
 
 
 def _check_act(act: object, fname: str) -> str | None:
@@ -96,9 +93,7 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
     mode = normalize_mode(broadcast)
     axis = _check_axis_type(axis)
     act = _check_act(act, fname)
-    if device is not None or _is_cuda_array(x) or _is_cuda_array(y) or _is_cuda_array(out):
-        from . import _device
-
+    if device is not None or is_cuda_array(x) or is_cuda_array(y) or is_cuda_array(out):
         target = _device.select(device, x, y, out, fname)
         if target != "cpu":
             return _device.run_cuda(op, fname, x, y, mode, axis, act, out, target)

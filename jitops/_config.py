@@ -34,3 +34,8 @@ def cache_dir() -> str:
         return os.path.join(d, "jitops")
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "jitops")
+
+#: CUDA launch configuration (one place; tests patch it small). Kernels are grid-stride loops,
+#: so the block cap only bounds the launch, never the size handled.
+CUDA_THREADS_PER_BLOCK = int(os.environ.get("JITOPS_CUDA_THREADS_PER_BLOCK", 256))
+CUDA_MAX_BLOCKS = int(os.environ.get("JITOPS_CUDA_MAX_BLOCKS", 65535))

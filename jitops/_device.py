@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 
 
-def _is_cuda_array(a) -> bool:
-    import numpy as np
-
-    return hasattr(a, "__cuda_array_interface__") and not isinstance(a, np.ndarray)
+def is_cuda_array(a) -> bool:
+    """A CUDA array: anything with ``__cuda_array_interface__`` (Numba, CuPy, PyTorch), or a
+    device array of Numba's CUDA simulator (which lacks the interface)."""
+    return hasattr(a, "__cuda_array_interface__") or type(a).__name__ == "FakeCUDAArray"
 
 
 def parse(device) -> tuple[str, int]:
@@ -52,7 +52,7 @@ def cuda_unavailable_reason() -> str | None:
 
 def select(device, x, y, out, fname: str) -> str:
     kind, index = parse(device)
-    wants_cuda = any(_is_cuda_array(a) for a in (x, y, out))
+    wants_cuda = any(is_cuda_array(a) for a in (x, y, out))
     if kind == "cpu":
         if wants_cuda:
             raise ValueError(f"jitops.{fname}: device='cpu' but an operand is a CUDA array; "

@@ -1,0 +1,154 @@
+"""Reliability: unsafe threading layers made safe, fuzzed strides, resources, huge arrays."""
+
+import gc
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import hypothesis.extra.numpy as hnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import jitops
+from jitops import _config
+
+from .helpers import assert_same, numpy_op
+
+
+def _run(code, **env):
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=600)
+
+
+THREADS = """
+    import numpy as np, jitops, numba
+    from concurrent.futures import ThreadPoolExecutor
+    x = np.arange(300_000, dtype=np.float64)
+    def work(i):
+        for _ in range(5):
+            assert np.array_equal(jitops.subtract(x, float(i)), x - i)
+        return True
+    with ThreadPoolExecutor(16) as p:
+        assert all(p.map(work, range(32)))
+    print(numba.threading_layer())
+"""
+
+FORK = """
+    import os, numpy as np, jitops, numba
+    x = np.arange(300_000, dtype=np.float64)
+    jitops.add(x, 1.0)
+    pid = os.fork()
+    if pid == 0:
+        ok = np.array_equal(jitops.add(x, 1.0), x + 1.0)
+        os._exit(0 if ok else 3)
+    _, st = os.waitpid(pid, 0)
+    print(numba.threading_layer(), os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st))
+"""
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
+def test_sixteen_threads_on_every_layer(layer):
+    res = _run(THREADS, NUMBA_THREADING_LAYER=layer)
+    if "No threading layer could be loaded" in res.stderr or "not available" in res.stderr:
+        pytest.skip(f"layer {layer} cannot be loaded here")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-1] == layer
+
+
+@pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
+def test_fork_child_on_every_layer(layer):
+    res = _run(FORK, NUMBA_THREADING_LAYER=layer)
+    if "No threading layer could be loaded" in res.stderr or "not available" in res.stderr:
+        pytest.skip(f"layer {layer} cannot be loaded here")
+    assert res.returncode == 0, res.stderr[-2000:]
+    got_layer, status = res.stdout.split()
+    assert (got_layer, status) == (layer, "0")
+
+
+@st.composite
+def strided_view(draw, dtype):
+    """An arbitrary view of a buffer: random shape, any (negative/zero) element strides."""
+    shape = draw(st.lists(st.integers(0, 4), min_size=0, max_size=3).map(tuple))
+    strides = tuple(draw(st.integers(-6, 6)) for _ in shape)
+    lo = sum(s * (n - 1) for s, n in zip(strides, shape) if s < 0 and n)
+    hi = sum(s * (n - 1) for s, n in zip(strides, shape) if s > 0 and n)
+    rng = np.random.default_rng(draw(st.integers(0, 2**31)))
+    base = (rng.standard_normal(hi - lo + 1) * 10).astype(dtype)
+    item = base.itemsize
+    start = base[-lo:] if lo else base
+    return np.lib.stride_tricks.as_strided(start, shape, tuple(s * item for s in strides),
+                                           writeable=False)
+
+
+@given(st.data())
+def test_fuzz_strided_views_against_numpy(data):
+    dtype = data.draw(st.sampled_from(["float32", "float64", "int32"]))
+    op = data.draw(st.sampled_from(["add", "subtract", "fmin", "maximum"]))
+    x = data.draw(strided_view(dtype))
+    y = data.draw(strided_view(dtype))
+    try:
+        exp = numpy_op(op, x, y)
+    except ValueError:
+        with pytest.raises(ValueError):
+            getattr(jitops, op)(x, y)
+        return
+    assert_same(getattr(jitops, op)(x, y), exp, op, x, y)
+
+
+@given(st.lists(st.integers(-1, 5), max_size=4), st.lists(st.integers(-1, 5), max_size=4),
+       st.sampled_from(["none", "numpy", "pdpd", "NUMPY", "bad", ""]), st.integers(-8, 8))
+def test_fuzz_planner_raises_only_value_or_type_errors(xs, ys, mode, axis):
+    try:
+        jitops.result_shape(tuple(xs), tuple(ys), broadcast=mode, axis=axis)
+    except (ValueError, TypeError):
+        pass
+
+
+def test_no_memory_fd_or_thread_growth():
+    x = np.random.default_rng(0).standard_normal(1000).astype(np.float32)
+    out = np.empty_like(x)
+
+    def burst(n):
+        for i in range(n):
+            jitops.subtract(x, x[::-1], out=out)
+            jitops.add(x, float(i))
+            jitops.fmin(x[:10].reshape(2, 5), x[:5], broadcast="pdpd")
+
+    burst(200)  # warm-up: compile, plan caches
+    gc.collect()
+    fds = len(os.listdir("/proc/self/fd")) if os.path.isdir("/proc/self/fd") else None
+    nthreads = threading.active_count()
+    import tracemalloc
+
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    burst(3000)
+    gc.collect()
+    after = tracemalloc.take_snapshot()
+    tracemalloc.stop()
+    grown = sum(s.size_diff for s in after.compare_to(before, "filename") if s.size_diff > 0)
+    assert grown < 256 * 1024, f"{grown} bytes retained after 9000 calls"
+    if fds is not None:
+        assert len(os.listdir("/proc/self/fd")) == fds
+    assert threading.active_count() == nthreads
+
+
+@pytest.mark.slow
+def test_more_than_2_31_elements():
+    """About 6.5 GB: run with `python -m pytest -m slow`."""
+    n = 2**31 + 77
+    x = np.ones(n, np.int8)
+    y = np.full(n, 2, np.int8)
+    x[-1], y[-1] = 100, 100
+    r = jitops.add(x, y)
+    assert r.shape == (n,) and r.dtype == np.int8
+    assert r[0] == 3 and r[2**31] == 3 and r[-1] == -56  # 200 wraps to -56
+    assert int(np.count_nonzero(r == 3)) == n - 1
+    del r
+    jitops.subtract(x, y, out=x)  # in place, past 2**31
+    assert x[2**31 + 5] == -1 and x[-1] == 0
