@@ -104,6 +104,35 @@ def _span_len(a) -> int:
     return 1 + sum(s * (n - 1) for s, n in zip(_elem_strides(a), a.shape) if n) if a.size else 1
 
 
+def _divmod_py(r, n):
+    return r // n, r % n
+
+
+def _make_divmod32():
+    """Unsigned 32-bit div/mod: Numba types int32 arithmetic as int64, and 64-bit division is
+    several times slower on a GPU, so the narrowing is done in LLVM directly."""
+    from llvmlite import ir
+    from numba.extending import intrinsic
+
+    @intrinsic
+    def divmod32(typingctx, r, n):
+        sig = types.UniTuple(types.int64, 2)(r, n)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            a, b = builder.trunc(args[0], i32), builder.trunc(args[1], i32)
+            q, m = builder.zext(builder.udiv(a, b), i64), builder.zext(builder.urem(a, b), i64)
+            return context.make_tuple(builder, signature.return_type, [q, m])
+
+        return sig, codegen
+
+    return divmod32
+
+
+#: 32-bit div/mod on a GPU; plain Python in the simulator (which cannot run intrinsics).
+divmod32 = _divmod_py if SIMULATOR else _make_divmod32()
+
+
 @functools.lru_cache(maxsize=None)
 def _device_fn(fn):
     return cuda.jit(device=True)(fn)
@@ -130,20 +159,24 @@ def kernels(op: str, act: str | None, x: str, y: str, out: str, compute: str):
             i += step
 
     @cuda.jit
-    def strided(o, xa, ya, meta, n):
-        # meta: [nd, shape..., out strides..., x strides..., y strides...] in the index type
+    def strided(o, xa, ya, meta, n, small):
+        # meta: [nd, shape..., out strides..., x strides..., y strides...]; `small` says every
+        # index and offset fits in 32 bits, so the per-dim div/mod can run in 32-bit.
         nd = meta[0]
-        i = meta[0] * 0 + cuda.grid(1)  # the index type of meta: int32 when it fits
-        step = meta[0] * 0 + cuda.gridsize(1)
+        i = cuda.grid(1)
+        step = cuda.gridsize(1)
         while i < n:
             r = i
-            oo = r * 0
-            xo = r * 0
-            yo = r * 0
+            oo = 0
+            xo = 0
+            yo = 0
             for d in range(nd - 1, -1, -1):
                 sz = meta[1 + d]
-                k = r % sz
-                r //= sz
+                if small:
+                    r, k = divmod32(r, sz)
+                else:
+                    k = r % sz
+                    r //= sz
                 oo += k * meta[1 + nd + d]
                 xo += k * meta[1 + 2 * nd + d]
                 yo += k * meta[1 + 3 * nd + d]
@@ -238,12 +271,11 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
         if plan.variant == CONTIG and len(plan.iter_shape) == 1:
             contig[blocks, tpb](o1, x1, y1, plan.size)
         else:
-            big = max(plan.size, *(a.size and _span_len(a) for a in (od, xd, yd)))
-            itype = np.int32 if big < 2**31 - 1 else np.int64
+            big = max(plan.size + blocks * tpb, *(_span_len(a) for a in (od, xd, yd)))
             meta = [len(plan.iter_shape), *plan.iter_shape,
                     *(s for st in plan.iter_strides for s in st)]
-            dmeta = cuda.to_device(np.array(meta, itype))
-            strided[blocks, tpb](o1, x1, y1, dmeta, itype(plan.size))
+            dmeta = cuda.to_device(np.array(meta, np.int64))
+            strided[blocks, tpb](o1, x1, y1, dmeta, plan.size, big < 2**31)
         return out if out is not None else od
 
 
