@@ -58,21 +58,28 @@ def _check_axis_type(axis: object) -> int:
 # align: the three broadcasting conventions -> output shape + per-operand dim maps
 # --------------------------------------------------------------------------------------------
 
+def _merge(px: Shape, py: Shape) -> tuple[Shape, int | None]:
+    """Broadcast two shapes of equal rank dim by dim: each dim equal, or one side 1 (1 vs 0
+    gives 0). Returns ``(shape, None)``, or ``((), i)`` for the first dim ``i`` that fails."""
+    out = []
+    for i, (p, q) in enumerate(zip(px, py)):
+        if p == q or q == 1:
+            out.append(p)
+        elif p == 1:
+            out.append(q)
+        else:
+            return (), i
+    return tuple(out), None
+
+
 def _numpy_shape(xs: Shape, ys: Shape) -> Shape:
     n = max(len(xs), len(ys))
-    px = (1,) * (n - len(xs)) + tuple(xs)
-    py = (1,) * (n - len(ys)) + tuple(ys)
-    out = []
-    for a, b in zip(px, py):
-        if a == b or b == 1:
-            out.append(a)
-        elif a == 1:
-            out.append(b)
-        else:
-            raise ValueError(
-                f"operands could not be broadcast together with shapes {_fmt(xs)} {_fmt(ys)} "
-            )
-    return tuple(out)
+    out, bad = _merge((1,) * (n - len(xs)) + tuple(xs), (1,) * (n - len(ys)) + tuple(ys))
+    if bad is not None:
+        raise ValueError(
+            f"operands could not be broadcast together with shapes {_fmt(xs)} {_fmt(ys)} "
+        )
+    return out
 
 
 def _pdpd_frame(xs: Shape, ys: Shape, axis: int) -> tuple[Shape, Shape, Shape]:
@@ -114,19 +121,14 @@ def _pdpd_frame(xs: Shape, ys: Shape, axis: int) -> tuple[Shape, Shape, Shape]:
         )
     placed = (1,) * a + trimmed + (1,) * (len(big) - a - len(trimmed))
     px, py = (placed, tuple(big)) if small_is_x else (tuple(big), placed)
-    out = []
-    for i, (p, q) in enumerate(zip(px, py)):
-        if p == q or q == 1:
-            out.append(p)
-        elif p == 1:
-            out.append(q)
-        else:
-            raise ValueError(
-                f"pdpd broadcast: X shape {_fmt(xs)} and Y shape {_fmt(ys)} are incompatible with "
-                f"axis={a}: {sname} is laid onto {bname} as {_fmt(placed)}, and at dim {i} "
-                f"X has {p} but Y has {q} (each dim must be equal or 1)"
-            )
-    return tuple(out), px, py
+    out, i = _merge(px, py)
+    if i is not None:
+        raise ValueError(
+            f"pdpd broadcast: X shape {_fmt(xs)} and Y shape {_fmt(ys)} are incompatible with "
+            f"axis={a}: {sname} is laid onto {bname} as {_fmt(placed)}, and at dim {i} "
+            f"X has {px[i]} but Y has {py[i]} (each dim must be equal or 1)"
+        )
+    return out, px, py
 
 
 def _pad(shape: Shape, n: int) -> Shape:
