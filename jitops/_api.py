@@ -119,7 +119,7 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
         # NumPy's answer for overlapping operands is the answer computed from the inputs as
         # they were before the call: an exact alias runs in place (each element is read before
         # it is written); any other overlap reads from a copy (CuPy's _copy_in_args_if_needed).
-        if xa is not None and np.may_share_memory(target, xa) and not _same_view(target, xa):
+        if np.may_share_memory(target, xa) and not _same_view(target, xa):
             xa = xa.copy()
         if np.may_share_memory(target, ya) and not _same_view(target, ya):
             ya = ya.copy()

@@ -24,7 +24,7 @@ from numba import njit, prange
 
 from . import _cache, _config
 from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, Plan
-from ._spec import KernelSpec, element, pointers
+from ._spec import element, pointers
 
 VARIANT_CODES = {CONTIG: 0, SCALAR_X: 1, SCALAR_Y: 2, STRIDED: 3}
 
@@ -120,6 +120,7 @@ def _kernel_serial(spec, po, px, py, meta):
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial}
+#: Whether each kernel has the on-disk cache (JITOPS_CACHE=0 or no writable directory: off).
 CACHED = {name: _cache.enable(k) for name, k in KERNELS.items()}
 
 
@@ -144,9 +145,3 @@ def build_meta(plan: Plan, block: int | None = None) -> np.ndarray:
             *plan.iter_offsets]
     meta = np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)
     return meta
-
-
-def run(spec: KernelSpec, plan: Plan, meta: np.ndarray, po: int, px: int, py: int,
-        parallel: bool) -> None:
-    """Launch one kernel (the caller has validated everything and holds the buffers)."""
-    (_kernel_parallel if parallel else _kernel_serial)(spec, po, px, py, meta)
