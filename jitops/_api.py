@@ -100,12 +100,10 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
 
     xv = _as_operand(x, "x", fname)
     yv = _as_operand(y, "y", fname)
-    if op == "trunc_divide":  # Paddle elementwise_div: integers truncate, everything else divides
-        common = np.result_type(xv, yv)
-        if common.kind not in "iu":
-            op = "divide"
-    dt = resolve(op, xv, yv, fname, act)
     common = np.result_type(xv, yv)
+    if op == "trunc_divide" and common.kind not in "iu":
+        op = "divide"  # Paddle elementwise_div: integers truncate, everything else divides
+    dt = resolve(op, xv, yv, fname, act)
     xa = _weak_to_array(xv, common, fname)
     ya = _weak_to_array(yv, common, fname)
     xa, ya = _kernel_ready(xa), _kernel_ready(ya)

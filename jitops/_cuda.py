@@ -17,6 +17,7 @@ negative strides or overlap ``out``; host operands are copied to the device.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numba
@@ -206,11 +207,23 @@ def _to_device_operand(v, common: np.dtype, fname: str, name: str):
     return cuda.to_device(np.ascontiguousarray(a))
 
 
+def _unaliased(src, od):
+    """``src`` itself, unless it overlaps ``out`` without being exactly ``out``: then a copy
+    (an exact alias runs in place, as on the CPU)."""
+    same = (tuple(src.shape) == tuple(od.shape) and src.strides == od.strides
+            and _data_ptr(src) == _data_ptr(od))
+    if same or not _overlaps(src, od):
+        return src
+    copy = cuda.device_array(src.shape, src.dtype)
+    copy.copy_to_device(src)
+    return copy
+
+
 def binary(op, fname, x, y, mode, axis, act, out, target):
     """CUDA counterpart of :func:`jitops._api.binary` (same checks, same plan, same math)."""
     index = int(target.split(":")[1])
     act = _check_act(act, fname)
-    with cuda.gpus[index] if not SIMULATOR else _nullcontext():
+    with cuda.gpus[index] if not SIMULATOR else contextlib.nullcontext():
         xv = x if _is_device_array(x) else _as_operand(x, "x", fname)
         yv = y if _is_device_array(y) else _as_operand(y, "y", fname)
         xt = np.dtype(xv.dtype) if _is_device_array(xv) or isinstance(xv, np.ndarray) else xv
@@ -240,17 +253,7 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
             if any(s <= 0 and n > 1 for s, n in zip(od.strides, od.shape)):
                 raise ValueError(f"jitops.{fname}: out has internal overlap or negative strides "
                                  "(a zero or negative stride on a dimension of size > 1)")
-            for name in ("xd", "yd"):
-                src = locals()[name]
-                same = (tuple(src.shape) == tuple(od.shape) and src.strides == od.strides
-                        and _data_ptr(src) == _data_ptr(od))
-                if not same and _overlaps(src, od):
-                    copy = cuda.device_array(src.shape, src.dtype)
-                    copy.copy_to_device(src)
-                    if name == "xd":
-                        xd = copy
-                    else:
-                        yd = copy
+            xd, yd = _unaliased(xd, od), _unaliased(yd, od)
             plan = make_plan(tuple(xd.shape), _elem_strides(xd), tuple(yd.shape),
                              _elem_strides(yd), mode, axis, _elem_strides(od))
         else:
@@ -278,10 +281,3 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
             strided[blocks, tpb](o1, x1, y1, dmeta, plan.size, big < 2**31)
         return out if out is not None else od
 
-
-class _nullcontext:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
