@@ -6,6 +6,9 @@ inputs untouched) or computes the whole result.
 
 from __future__ import annotations
 
+from functools import lru_cache
+
+import numba
 import numpy as np
 
 from . import _config, _cpu, _device, _threading
@@ -58,7 +61,7 @@ def _kernel_ready(a: np.ndarray) -> np.ndarray:
     if not a.dtype.isnative:
         a = a.astype(a.dtype.newbyteorder("="))
     if not a.flags.aligned or _element_strides(a) is None:
-        a = np.ascontiguousarray(a)
+        a = a.copy()  # a fresh, aligned buffer (ascontiguousarray keeps a misaligned one)
     return a
 
 
@@ -66,8 +69,9 @@ def _addr(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
-    return a.shape == b.shape and a.strides == b.strides and _addr(a) == _addr(b)
+#: What a kernel is given for each array: the object's address when the kernel can read the
+#: data pointer from the object itself (see jitops._cpu), else the data address (1 us each).
+_ref = id if _cpu.DATA_OFFSET >= 0 else _addr
 
 
 def _allocate(plan, dtype: np.dtype) -> np.ndarray:
@@ -87,9 +91,103 @@ def _c_strides(shape):
     return tuple(reversed(st))
 
 
+_ND = np.ndarray
+_I64 = numba.types.int64
+
+
+class _Launch:
+    """Everything one call needs once its arrays are known: compiled entry point and meta.
+
+    Kept per call geometry in ``_FAST``, so a repeated call skips checking, planning and
+    Numba's dispatcher (whose type inference on the spec argument alone costs ~2 us).
+    """
+
+    __slots__ = ("entry", "parallel", "spec", "meta", "pmeta", "shape", "dtype", "strides")
+
+    def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
+        self.parallel = plan.size >= _config.PARALLEL_THRESHOLD
+        kernel = _cpu._kernel_parallel if self.parallel else _cpu._kernel_serial
+        self.entry = _entry_point(kernel, spec)
+        self.spec, self.meta, self.shape, self.dtype = spec, meta, plan.out_shape, dtype
+        self.pmeta = meta.__array_interface__["data"][0]
+        # a new output's layout (order="K"): None for plain C order
+        c_order = len(plan.out_shape) <= 1 or plan.out_strides == _c_strides(plan.out_shape)
+        self.strides = None if c_order else tuple(s * dtype.itemsize for s in plan.out_strides)
+
+    def new_output(self) -> np.ndarray:
+        if self.strides is None:
+            return np.empty(self.shape, self.dtype)
+        buf = np.empty(self.size(), self.dtype)
+        return np.ndarray(self.shape, self.dtype, buffer=buf, strides=self.strides)
+
+    def size(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> int:
+        """Launch; returns the kernel's status (``_cpu.OK``: written, else nothing written)."""
+        args = (self.spec, _ref(target), _ref(x), _ref(y), self.pmeta)
+        if self.parallel and _threading.parallel_allowed():
+            return _threading.launch_parallel(self.entry, *args)
+        if self.parallel:  # a forked child whose threading layer cannot run: the serial kernel
+            return _entry_point(_cpu._kernel_serial, self.spec)(*args)
+        return self.entry(*args)
+
+
+_ENTRIES: dict = {}
+
+
+def _entry_point(kernel, spec: KernelSpec):
+    """The compiled function for ``spec`` (compiled, or loaded from the disk cache, once)."""
+    key = (kernel, spec)
+    e = _ENTRIES.get(key)
+    if e is None:
+        sig = (spec.numba_type, _I64, _I64, _I64, _I64)
+        kernel.compile(sig)
+        e = _ENTRIES[key] = kernel.overloads[sig].entry_point
+    return e
+
+
+#: Repeated calls: (op, broadcast, axis, act, x/y dtype, shape, strides[, out's]) -> _Launch.
+_FAST: dict = {}
+_FAST_MAX = 4096
+
+
 def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
-           device=None) -> np.ndarray:
-    """Shared implementation of every public op (see the public functions' docstrings)."""
+           device=None):
+    """Shared implementation of every public op (see the public functions' docstrings).
+
+    The first call of a kind goes through every check (``_binary``); a repeat with the same
+    arguments' types, dtypes, shapes and strides reuses its plan and compiled kernel, and the
+    kernel itself re-checks what can differ between such calls (alignment, overlap of ``out``
+    with the inputs), handing the call back to ``_binary`` when a check fails.
+    """
+    if device is None and type(x) is _ND and type(y) is _ND and type(axis) is int:
+        if out is None:
+            key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
+                   y.strides)
+        elif type(out) is _ND and out.flags.writeable:
+            key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
+                   y.strides, out.dtype, out.shape, out.strides)
+        else:
+            key = None
+        if key is not None:
+            try:
+                launch = _FAST.get(key)
+            except TypeError:  # unhashable broadcast or act: _binary says what is wrong
+                launch = key = None
+            if launch is not None:
+                target = out if out is not None else launch.new_output()
+                if launch.run(target, x, y) == _cpu.OK:
+                    return target
+                key = None  # misaligned or overlapping this time: the careful path
+        return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
+    return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
+
+
+def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarray:
     mode = normalize_mode(broadcast)
     axis = _check_axis_type(axis)
     act = _check_act(act, fname)
@@ -117,6 +215,7 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
         # NumPy's answer for overlapping operands is the answer computed from the inputs as
         # they were before the call: an exact alias runs in place (each element is read before
         # it is written); any other overlap reads from a copy (CuPy's _copy_in_args_if_needed).
+        # The kernel makes the same check (it must, on the fast path) and would refuse.
         if np.may_share_memory(target, xa) and not _same_view(target, xa):
             xa = xa.copy()
         if np.may_share_memory(target, ya) and not _same_view(target, ya):
@@ -129,28 +228,40 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
         target = _allocate(plan, dt.result)
     if plan.size:
         spec = KernelSpec(op, act, xa.dtype, ya.dtype, dt.result, dt.compute)
-        meta = _meta(plan)
-        args = (spec, _addr(target), _addr(xa), _addr(ya), meta)
-        if plan.size >= _config.PARALLEL_THRESHOLD and _threading.parallel_allowed():
-            _threading.launch_parallel(_cpu._kernel_parallel, *args)
-        else:
-            _cpu._kernel_serial(*args)
+        geometry = ((target.dtype.alignment, xa.dtype.alignment, ya.dtype.alignment),
+                    None if out is None else tuple(
+                        _cpu.extent(a.shape, a.strides, a.itemsize) for a in (target, xa, ya)),
+                    (_same_geometry(target, xa), _same_geometry(target, ya)))
+        launch = _launch(spec, plan, geometry, target.dtype)
+        status = launch.run(target, xa, ya)
+        if status != _cpu.OK:  # the operands were made ready above: this is a bug
+            raise RuntimeError(f"jitops.{fname}: internal error: the kernel refused prepared "
+                               f"operands (status {status})")
+        # Remember the launch for repeats of this call, unless it needed conversions or copies
+        # (the fast path hands the kernel the caller's arrays as they are) or a zero check.
+        if key is not None and xa is x and ya is y and (out is None or target is out) \
+                and op != "trunc_divide":
+            if len(_FAST) >= _FAST_MAX:
+                _FAST.clear()
+            _FAST[key] = launch
     if target is not out and out is not None:
         np.copyto(out, target)
         return out
     return target
 
 
-_META_CACHE: dict = {}
+def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.strides == b.strides
 
 
-def _meta(plan):
-    m = _META_CACHE.get(plan)
-    if m is None:
-        if len(_META_CACHE) > 4096:
-            _META_CACHE.clear()
-        m = _META_CACHE[plan] = _cpu.build_meta(plan)
-    return m
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return _same_geometry(a, b) and _addr(a) == _addr(b)
+
+
+@lru_cache(maxsize=4096)
+def _launch(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> _Launch:
+    aligns, extents, same = geometry
+    return _Launch(spec, plan, _cpu.build_meta(plan, aligns, extents, same), dtype)
 
 
 def _weak_to_array(v, common: np.dtype, fname: str) -> np.ndarray:

@@ -13,6 +13,11 @@ PARALLEL_THRESHOLD = int(os.environ.get("JITOPS_PARALLEL_THRESHOLD", 65536))
 #: setup, small enough that two threads each get many tasks.
 BLOCK = int(os.environ.get("JITOPS_BLOCK", 16384))
 
+#: Tile of the ``tiled`` variant (rows x columns of the two innermost dims), for operands that
+#: disagree on layout. Small enough that the lines the transposed operand touches stay in L1/L2
+#: (its power-of-2 strides map them to few cache sets); measured with benchmarks/.
+TILE = (int(os.environ.get("JITOPS_TILE_I", 32)), int(os.environ.get("JITOPS_TILE_J", 32)))
+
 
 def cache_enabled() -> bool:
     """On-disk kernel cache, on unless ``JITOPS_CACHE=0`` (or ``off``/``false``/``no``)."""

@@ -10,30 +10,72 @@ NumPy ``BINARY_LOOP_FAST`` idea: the same body under branch conditions the compi
 
 * ``contig``   -- all three operands unit-stride: LLVM vectorises it;
 * ``scalar_x`` / ``scalar_y`` -- one input constant along the row, loaded once;
-* ``strided``  -- anything else.
+* ``strided``  -- anything else;
 
-Operands are passed as integer data addresses plus one int64 ``meta`` array (shape, strides,
-offsets, task geometry), so array rank, layout and writeability never multiply the number of
-compiled signatures: there is exactly one signature per KernelSpec.
+and the ``tiled`` variant cuts the two innermost dims into ``TILE_I x TILE_J`` tiles (one task
+each) whose rows run the strided loop, for operands that disagree on layout.
+
+Arguments are five scalars: the spec, the three ndarray *objects'* addresses (``id()``) and the
+address of an int64 ``meta`` array (shape, strides, offsets, task geometry, checks). The
+kernel reads each array's data pointer from its object header (``PyArrayObject.data``, at an
+offset verified against ``__array_interface__`` at import; where it cannot be verified the
+caller passes data addresses instead), checks alignment and, for ``out=``, overlap with the
+inputs, and returns a status instead of writing when a check fails. So a repeated call costs
+one dictionary lookup and one compiled call (no ``__array_interface__``, 1 us per array), and
+array rank, layout and writeability never multiply the number of compiled signatures: there
+is exactly one signature per KernelSpec.
 """
 
 from __future__ import annotations
 
+import ctypes
+import platform
+
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from . import _cache, _config
-from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, Plan
-from ._spec import element, pointers
+from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
+from ._spec import _as_pointer, element, pointers
 
-VARIANT_CODES = {CONTIG: 0, SCALAR_X: 1, SCALAR_Y: 2, STRIDED: 3}
+VARIANT_CODES = {CONTIG: 0, SCALAR_X: 1, SCALAR_Y: 2, STRIDED: 3, TILED: 4}
+
+#: Kernel return codes (nothing was written unless OK).
+OK, MISALIGNED, OVERLAP = 0, 1, 2
 
 # meta layout (int64): a fixed header, then shape, out/x/y strides (nd each)
 M_ND, M_VARIANT, M_BLOCK, M_NTASKS, M_ROWS_PER_TASK, M_NBLK, M_ROWS = 0, 1, 2, 3, 4, 5, 6
 M_OFF_O, M_OFF_X, M_OFF_Y = 7, 8, 9
-HDR = 10
+M_DATA_OFF = 10  # offset of the data pointer in an ndarray object, or -1: addresses given
+M_ALIGN = 11  # 11..13: required alignment of out, x, y data pointers (bytes)
+M_CHECK = 14  # 1: check out against x and y for overlap
+M_LO, M_HI = 15, 18  # 15..17, 18..20: byte extent [p + lo, p + hi) of out, x, y
+M_SAME_X, M_SAME_Y = 21, 22  # x (y) has out's shape and strides: an exact alias is allowed
+M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
+HDR = 27
 
 _JIT = {"nogil": True, "error_model": "numpy"}
+_I64 = types.int64
+
+
+def _verified_data_offset() -> int:
+    """Offset of ``PyArrayObject.data`` from the object's address, or -1 if not CPython's.
+
+    NumPy's ``PyArray_DATA`` reads the field right after ``PyObject_HEAD``; this checks that on
+    a few arrays (a view, a transpose, an offset slice) before the kernels rely on it.
+    """
+    if platform.python_implementation() != "CPython":
+        return -1
+    off = object.__basicsize__
+    base = np.arange(24.0).reshape(4, 6)
+    for a in (base, base.T, base[1:, 2:], np.empty(0), np.zeros((), np.int8)):
+        if ctypes.c_void_p.from_address(id(a) + off).value != a.__array_interface__["data"][0]:
+            return -1
+    return off
+
+
+#: Set once; the meta arrays carry it, so compiled kernels never bake it in.
+DATA_OFFSET = _verified_data_offset()
 
 
 @njit(**_JIT)
@@ -55,10 +97,57 @@ def _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy):
 
 
 @njit(**_JIT)
-def _task(spec, po, px, py, meta, t):
+def _unravel(meta, nd, r, oo, xo, yo, idx):
+    """Offsets of outer row ``r`` over dims ``0 .. len(idx) - 1``; fills the odometer ``idx``."""
+    for d in range(len(idx) - 1, -1, -1):
+        n = meta[HDR + d]
+        i = r % n
+        r //= n
+        idx[d] = i
+        oo += i * meta[HDR + nd + d]
+        xo += i * meta[HDR + 2 * nd + d]
+        yo += i * meta[HDR + 3 * nd + d]
+    return oo, xo, yo
+
+
+@njit(**_JIT)
+def _tile(spec, o, x, y, meta, t):
+    """One ``TILE_I x TILE_J`` tile of the two innermost dims (of one outer index)."""
+    nd = meta[M_ND]
+    nti, ntj = meta[M_NTI], meta[M_NTJ]
+    per = nti * ntj
+    r = t // per
+    ti = (t - r * per) // ntj
+    tj = t - r * per - ti * ntj
+    n0, n1 = meta[HDR + nd - 2], meta[HDR + nd - 1]
+    i0 = ti * meta[M_TILE_I]
+    i1 = min(i0 + meta[M_TILE_I], n0)
+    j0 = tj * meta[M_TILE_J]
+    j1 = min(j0 + meta[M_TILE_J], n1)
+    so0, so1 = meta[HDR + 2 * nd - 2], meta[HDR + 2 * nd - 1]
+    sx0, sx1 = meta[HDR + 3 * nd - 2], meta[HDR + 3 * nd - 1]
+    sy0, sy1 = meta[HDR + 4 * nd - 2], meta[HDR + 4 * nd - 1]
+    idx = np.empty(nd - 2, np.int64)
+    oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y], idx)
+    oo += i0 * so0 + j0 * so1
+    xo += i0 * sx0 + j0 * sx1
+    yo += i0 * sy0 + j0 * sy1
+    for _ in range(i0, i1):
+        _row(spec, o, x, y, oo, xo, yo, j1 - j0, 3, so1, sx1, sy1)
+        oo += so0
+        xo += sx0
+        yo += sy0
+
+
+@njit(**_JIT)
+def _task(spec, po, px, py, pmeta, t):
     o, x, y = pointers(spec, po, px, py)
+    meta = _as_pointer(pmeta, _I64)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
+    if var == 4:
+        _tile(spec, o, x, y, meta, t)
+        return
     inner = meta[HDR + nd - 1]
     so = meta[HDR + 2 * nd - 1]
     sx = meta[HDR + 3 * nd - 1]
@@ -82,15 +171,7 @@ def _task(spec, po, px, py, meta, t):
         return
     # Unravel the first row once (div/mod), then walk rows with an odometer.
     idx = np.empty(nd - 1, np.int64)
-    r = r0
-    for d in range(nd - 2, -1, -1):
-        n = meta[HDR + d]
-        i = r % n
-        r //= n
-        idx[d] = i
-        oo += i * meta[HDR + nd + d]
-        xo += i * meta[HDR + 2 * nd + d]
-        yo += i * meta[HDR + 3 * nd + d]
+    oo, xo, yo = _unravel(meta, nd, r0, oo, xo, yo, idx)
     for _ in range(r0, r1):
         _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
         for d in range(nd - 2, -1, -1):
@@ -107,16 +188,55 @@ def _task(spec, po, px, py, meta, t):
             yo -= n * meta[HDR + 3 * nd + d]
 
 
-@njit(parallel=True, **_JIT)
-def _kernel_parallel(spec, po, px, py, meta):
-    for t in prange(meta[M_NTASKS]):
-        _task(spec, po, px, py, meta, t)
+@njit(**_JIT)
+def _overlaps(meta, pa, a, pb, b):
+    return pa + meta[M_LO + a] < pb + meta[M_HI + b] and pb + meta[M_LO + b] < pa + meta[M_HI + a]
 
 
 @njit(**_JIT)
-def _kernel_serial(spec, po, px, py, meta):
-    for t in range(meta[M_NTASKS]):
-        _task(spec, po, px, py, meta, t)
+def _resolve(oo, ox, oy, pmeta):
+    """(status, out, x, y data addresses): the checks every launch makes before writing."""
+    meta = _as_pointer(pmeta, _I64)
+    off = meta[M_DATA_OFF]
+    if off >= 0:
+        po = _as_pointer(oo + off, _I64)[0]
+        px = _as_pointer(ox + off, _I64)[0]
+        py = _as_pointer(oy + off, _I64)[0]
+    else:
+        po, px, py = oo, ox, oy
+    if po % meta[M_ALIGN] or px % meta[M_ALIGN + 1] or py % meta[M_ALIGN + 2]:
+        return MISALIGNED, po, px, py
+    if meta[M_CHECK]:
+        # NumPy's answer for overlapping operands is the one computed from the inputs as they
+        # were: an exact alias (same pointer, shape and strides) runs in place, since each
+        # element is read before it is written; any other overlap must read from a copy.
+        if _overlaps(meta, po, 0, px, 1) and not (po == px and meta[M_SAME_X]):
+            return OVERLAP, po, px, py
+        if _overlaps(meta, po, 0, py, 2) and not (po == py and meta[M_SAME_Y]):
+            return OVERLAP, po, px, py
+    return OK, po, px, py
+
+
+@njit(parallel=True, **_JIT)
+def _kernel_parallel(spec, oo, ox, oy, pmeta):
+    status, po, px, py = _resolve(oo, ox, oy, pmeta)
+    if status != OK:
+        return status
+    ntasks = _as_pointer(pmeta, _I64)[M_NTASKS]
+    for t in prange(ntasks):
+        _task(spec, po, px, py, pmeta, t)
+    return OK
+
+
+@njit(**_JIT)
+def _kernel_serial(spec, oo, ox, oy, pmeta):
+    status, po, px, py = _resolve(oo, ox, oy, pmeta)
+    if status != OK:
+        return status
+    ntasks = _as_pointer(pmeta, _I64)[M_NTASKS]
+    for t in range(ntasks):
+        _task(spec, po, px, py, pmeta, t)
+    return OK
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial}
@@ -124,16 +244,42 @@ KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial}
 CACHED = {name: _cache.enable(k) for name, k in KERNELS.items()}
 
 
-def build_meta(plan: Plan, block: int | None = None) -> np.ndarray:
-    """The int64 ``meta`` array a kernel reads: plan geometry plus the task decomposition."""
+def extent(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
+    """Byte range ``[lo, hi)`` an array spans, relative to its data pointer (``np.byte_bounds``)."""
+    lo = hi = 0
+    for n, s in zip(shape, byte_strides):
+        if n == 0:
+            return 0, 0
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
+               data_offset: int | None = None, block: int | None = None,
+               tile: tuple[int, int] | None = None) -> np.ndarray:
+    """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
+
+    ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
+    checked, else None. ``same`` says whether x, y have out's exact shape and strides.
+    ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
+    """
     block = block or _config.BLOCK
+    ti, tj = tile or _config.TILE
     shape = plan.iter_shape
     nd = len(shape)
     inner = shape[-1]
     rows = 1
     for n in shape[:-1]:
         rows *= n
-    if inner >= 2 * block:
+    nti = ntj = 0
+    if plan.variant == TILED:
+        nti, ntj = -(-shape[-2] // ti), -(-inner // tj)
+        nblk, rows_per_task = 1, 1
+        ntasks = (rows // shape[-2]) * nti * ntj
+    elif inner >= 2 * block:
         nblk = -(-inner // block)
         rows_per_task = 1
         ntasks = rows * nblk
@@ -141,7 +287,11 @@ def build_meta(plan: Plan, block: int | None = None) -> np.ndarray:
         nblk = 1
         rows_per_task = max(1, block // max(inner, 1))
         ntasks = -(-rows // rows_per_task) if inner else 0
+    check = extents is not None
+    lo = [e[0] for e in extents] if check else [0, 0, 0]
+    hi = [e[1] for e in extents] if check else [0, 0, 0]
     head = [nd, VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            *plan.iter_offsets]
-    meta = np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)
-    return meta
+            *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
+            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj]
+    assert len(head) == HDR
+    return np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)

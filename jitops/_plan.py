@@ -26,9 +26,15 @@ MODES = ("none", "numpy", "pdpd")
 
 #: Inner-loop variants, as the kernels name them (mirrors PyTorch's ``VectorizedLoop2d`` and
 #: NumPy's ``BINARY_LOOP_FAST``): every operand unit-stride; one input constant along the inner
-#: dim (hoisted); anything else.
-CONTIG, SCALAR_X, SCALAR_Y, STRIDED = "contig", "scalar_x", "scalar_y", "strided"
-VARIANTS = (CONTIG, SCALAR_X, SCALAR_Y, STRIDED)
+#: dim (hoisted); anything else; and ``tiled``, for operands that disagree on layout (``X.T - Y``):
+#: the two innermost dims are walked in small 2-d tiles, so the operand that runs across the
+#: inner dim reuses each cache line it loads instead of touching a new line (and, with power-of-2
+#: strides, the same cache set) for every element.
+CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED = "contig", "scalar_x", "scalar_y", "strided", "tiled"
+VARIANTS = (CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED)
+
+#: Tiles only pay when both tiled dims span several tiles; below this the strided rows are fine.
+TILE_MIN = 64
 
 
 def normalize_mode(broadcast: object) -> str:
@@ -221,7 +227,7 @@ class Plan:
         ``(out, x, y)`` element offset of the first visited element from each operand's data
         pointer (non-zero only where a dim was flipped to walk negative strides forwards).
     variant : str
-        The inner-loop variant: ``contig``, ``scalar_x``, ``scalar_y`` or ``strided``.
+        The inner-loop variant: ``contig``, ``scalar_x``, ``scalar_y``, ``strided`` or ``tiled``.
     size : int
         Number of output elements.
     """
@@ -294,6 +300,20 @@ def _contiguous_strides(shape: Shape, order: list[int]) -> Strides:
         st[d] = acc
         acc *= max(shape[d], 1)
     return tuple(st)
+
+
+def _transposed(shape: Shape, iter_strides: tuple[Strides, Strides, Strides]) -> bool:
+    """Whether some operand runs across the inner dim: it moves less along the dim outside it.
+
+    Such an operand touches a new cache line per element of a row; a tiled walk fixes that.
+    """
+    if len(shape) < 2 or shape[-1] < TILE_MIN or shape[-2] < TILE_MIN:
+        return False
+    for s in iter_strides:
+        inner, outer = abs(s[-1]), abs(s[-2])
+        if inner > 1 and 0 < outer < inner:
+            return True
+    return False
 
 
 def _classify(iter_strides: tuple[Strides, Strides, Strides]) -> str:
@@ -369,7 +389,7 @@ def make_plan(
         cshape = [1]
         cstr = [[1], [1], [1]]
     istr = (tuple(cstr[0]), tuple(cstr[1]), tuple(cstr[2]))
-    variant = _classify(istr)
+    variant = TILED if _transposed(tuple(cshape), istr) else _classify(istr)
     if len(cshape) == 1 and cshape[0] == 1:
         variant = CONTIG
         istr = ((1,), (1,), (1,))

@@ -75,14 +75,15 @@ def parallel_allowed() -> bool:
     return True
 
 
-def launch_parallel(kernel, *args) -> None:
-    """Run a parallel kernel, serialising launches where the layer is not thread-safe."""
+def launch_parallel(kernel, *args):
+    """Run a parallel kernel and return its result, serialising launches where the layer is
+    not thread-safe."""
     if _state["launched"] and numba.threading_layer() != "workqueue":
-        kernel(*args)
-        return
+        return kernel(*args)
     with _lock:  # first launch (layer not yet known) or workqueue: one launch at a time
-        kernel(*args)
+        result = kernel(*args)
         _state["launched"] = True
+        return result
 
 
 def info() -> dict:

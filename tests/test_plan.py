@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from jitops import result_shape
-from jitops._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, make_plan
+from jitops._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, make_plan
 
 from .naive import PdpdError, pdpd_frames
 
@@ -173,10 +173,28 @@ def test_fortran_inputs_give_fortran_output_and_one_dim():
     assert p.out_strides == (1, 30) and p.iter_shape == (1200,) and p.variant == CONTIG
 
 
-def test_mixed_layout_c_wins_and_is_strided():
+def test_mixed_layout_c_wins_and_is_tiled():
     x = np.empty((64, 64))
     p = plan_for(x.T, x)
-    assert p.out_strides == (64, 1) and p.variant == STRIDED
+    assert p.out_strides == (64, 1) and p.variant == TILED
+    assert p.iter_strides == ((64, 1), (1, 64), (64, 1))
+
+
+def test_transposed_out_is_tiled_too():
+    x = np.empty((100, 200))
+    p = plan_for(x, x, out=np.empty((200, 100)).T)
+    assert p.variant == TILED
+
+
+def test_small_or_thin_mixed_layouts_stay_strided():
+    # a tile would not fit twice along a dim: the plain strided rows are as good
+    x = np.empty((8, 4096))
+    assert plan_for(x.T, np.empty((4096, 8))).variant == STRIDED
+    x = np.empty((32, 32))
+    assert plan_for(x.T, x).variant == STRIDED
+    # strided but not transposed (every operand moves less along the inner dim): no tiles
+    x = np.empty((300, 400))
+    assert plan_for(x[:, ::2], x[:, ::2]).variant == STRIDED
 
 
 def test_negative_strides_flip_when_out_is_reversed_too():

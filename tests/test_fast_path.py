@@ -1,0 +1,154 @@
+"""The repeated-call fast path and the tiled variant: same answers as the careful path.
+
+A repeat of a call with the same dtypes, shapes and strides skips checking and planning and
+goes straight to the compiled kernel, which re-checks what can differ between such calls
+(data alignment, overlap of ``out`` with the inputs) and hands the call back when a check
+fails. These tests make each of those differ on the *second* call.
+"""
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops import _api, _config, _cpu
+from jitops._plan import TILED, make_plan
+
+
+def test_a_repeat_is_served_from_the_fast_path(rng):
+    x, y = rng.random((5, 7)), rng.random(7)
+    out = np.empty((5, 7))
+    _api._FAST.clear()
+    jitops.subtract(x, y, out=out)
+    assert len(_api._FAST) == 1
+    launch = next(iter(_api._FAST.values()))
+    x2, y2 = rng.random((5, 7)), rng.random(7)
+    r = jitops.subtract(x2, y2, out=out)
+    assert r is out and len(_api._FAST) == 1
+    np.testing.assert_array_equal(out, x2 - y2)
+    assert next(iter(_api._FAST.values())) is launch
+    # new outputs too, with the layout a new output gets (order="K")
+    f = np.asfortranarray(rng.random((6, 9)))
+    for _ in range(2):
+        r = jitops.add(f, f)
+        assert r.flags.f_contiguous
+        np.testing.assert_array_equal(r, f + f)
+
+
+def test_fast_path_rechecks_overlap(rng):
+    buf = rng.random(20)
+    x, y, out = rng.random(8), rng.random(8), np.empty(8)
+    jitops.subtract(x, y, out=out)  # caches this geometry: (8,) float64, stride 8
+    expect = np.subtract(buf[0:8], y)
+    got = jitops.subtract(buf[0:8], y, out=buf[1:9])  # same geometry, now overlapping
+    np.testing.assert_array_equal(got, expect)
+    # an exact alias still runs in place
+    z = rng.random(8)
+    expect = z - y
+    assert jitops.subtract(z, y, out=z) is z
+    np.testing.assert_array_equal(z, expect)
+
+
+def test_fast_path_rechecks_alignment(rng):
+    y, out = rng.random(10), np.empty(10)
+    jitops.add(np.arange(10.0), y, out=out)
+    raw = np.zeros(8 * 10 + 1, np.uint8)
+    mis = raw[1:].view(np.float64)  # same dtype, shape and strides; data pointer off by one
+    mis[:] = np.arange(10.0) * 3
+    assert not mis.flags.aligned
+    np.testing.assert_array_equal(jitops.add(mis, y, out=out), mis + y)
+    np.testing.assert_array_equal(jitops.add(y, mis, out=out), y + mis)
+
+
+def test_fast_path_still_refuses_a_read_only_out(rng):
+    x, out = rng.random(4), np.zeros(4)
+    jitops.multiply(x, x, out=out)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        jitops.multiply(x, x, out=out)
+    np.testing.assert_array_equal(out, x * x)  # untouched by the refused call
+
+
+def test_fast_path_keys_do_not_confuse_options(rng):
+    x, y = rng.random((3, 4)), rng.random(3)
+    a = jitops.subtract(x, y, broadcast="pdpd", axis=0)
+    np.testing.assert_array_equal(a, x - y[:, None])
+    with pytest.raises(ValueError):  # numpy mode: (3,4) and (3,) do not broadcast
+        jitops.subtract(x, y)
+    with pytest.raises(TypeError):  # a bool axis is refused even after axis=1 was cached
+        jitops.subtract(x, rng.random(4), broadcast="pdpd", axis=True)
+    np.testing.assert_array_equal(jitops.subtract(x, y, broadcast="pdpd", axis=0, act="relu"),
+                                  np.maximum(x - y[:, None], 0))
+    with pytest.raises(ValueError, match="broadcast"):
+        jitops.subtract(x, y, broadcast=["pdpd"], axis=0)
+
+
+def test_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
+    x, y = rng.random((4, 6)), rng.random((4, 6))
+    out = np.zeros((4, 6))
+    plan = make_plan(x.shape, (6, 1), y.shape, (6, 1), "numpy")
+    meta = _cpu.build_meta(plan, (8, 8, 8), data_offset=-1)
+    spec = jitops._spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
+    entry = _api._entry_point(_cpu._kernel_serial, spec)
+    status = entry(spec, _api._addr(out), _api._addr(x), _api._addr(y), _api._addr(meta))
+    assert status == _cpu.OK
+    np.testing.assert_array_equal(out, x - y)
+
+
+def test_kernel_refuses_overlap_without_writing(rng):
+    buf = rng.random(12)
+    before = buf.copy()
+    x, out = buf[:10], buf[2:]
+    plan = make_plan((10,), (1,), (10,), (1,), "numpy", -1, (1,))
+    ext = tuple(_cpu.extent(a.shape, a.strides, 8) for a in (out, x, x))
+    meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True))
+    spec = jitops._spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
+    entry = _api._entry_point(_cpu._kernel_serial, spec)
+    assert entry(spec, _api._ref(out), _api._ref(x), _api._ref(x), _api._addr(meta)) \
+        == _cpu.OVERLAP
+    np.testing.assert_array_equal(buf, before)
+
+
+# --- tiled traversal ------------------------------------------------------------------------
+TRANSPOSED = [  # (x's base shape, view of it), (y's base shape, view of it)
+    ((64, 64), lambda a: a.T, (64, 64), lambda a: a),
+    ((130, 100), lambda a: a.T, (100, 130), lambda a: a),  # not a multiple of the tile
+    ((100, 130), lambda a: a, (130, 100), lambda a: a.T),
+    ((3, 90, 70), lambda a: a.transpose(0, 2, 1), (3, 70, 90), lambda a: a),  # an outer dim
+    ((500, 300), lambda a: a.T, (300, 500), lambda a: a[::-1]),  # parallel, reversed rows
+]
+
+
+@pytest.mark.parametrize("xs,fx,ys,fy", TRANSPOSED)
+@pytest.mark.parametrize("dtype", ["float32", "int16", "complex128"])
+def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
+    x = fx((rng.standard_normal(xs) * 9).astype(dtype))
+    y = fy((rng.standard_normal(ys) * 9).astype(dtype))
+    plan = make_plan(x.shape, tuple(s // x.itemsize for s in x.strides), y.shape,
+                     tuple(s // y.itemsize for s in y.strides), "numpy")
+    assert plan.variant == TILED
+    np.testing.assert_array_equal(jitops.subtract(x, y), x - y)
+    out = np.zeros(x.shape, x.dtype)
+    np.testing.assert_array_equal(jitops.add(x, y, out=out), x + y)
+    # transposed out, C inputs
+    out_t = np.zeros(x.shape[::-1], x.dtype).T
+    np.testing.assert_array_equal(jitops.multiply(np.ascontiguousarray(x), y, out=out_t), x * y)
+
+
+@pytest.mark.parametrize("tile", [(1, 1), (3, 5), (64, 8)])
+def test_tiled_any_tile_shape(tile, rng, monkeypatch):
+    monkeypatch.setattr(_config, "TILE", tile)
+    _api._FAST.clear()
+    _api._launch.cache_clear()
+    x = rng.random((90, 77)).astype(np.float32)
+    y = rng.random((77, 90)).astype(np.float32)
+    np.testing.assert_array_equal(jitops.subtract(x.T, y), x.T - y)
+    _api._FAST.clear()
+    _api._launch.cache_clear()
+
+
+def test_tiled_in_place_over_its_own_transpose(rng):
+    a = rng.random((96, 96))
+    expect = a - a.T
+    r = jitops.subtract(a, a.T, out=a)  # overlapping, not an alias: reads from a copy
+    assert r is a
+    np.testing.assert_array_equal(a, expect)
