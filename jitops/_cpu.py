@@ -31,6 +31,7 @@ from __future__ import annotations
 import ctypes
 import platform
 
+import numba
 import numpy as np
 from numba import njit, prange, types
 
@@ -111,7 +112,7 @@ def _unravel(meta, nd, r, oo, xo, yo, idx):
 
 
 @njit(**_JIT)
-def _tile(spec, o, x, y, meta, t):
+def _tile(spec, o, x, y, meta, t, idx):
     """One ``TILE_I x TILE_J`` tile of the two innermost dims (of one outer index)."""
     nd = meta[M_ND]
     nti, ntj = meta[M_NTI], meta[M_NTJ]
@@ -127,8 +128,8 @@ def _tile(spec, o, x, y, meta, t):
     so0, so1 = meta[HDR + 2 * nd - 2], meta[HDR + 2 * nd - 1]
     sx0, sx1 = meta[HDR + 3 * nd - 2], meta[HDR + 3 * nd - 1]
     sy0, sy1 = meta[HDR + 4 * nd - 2], meta[HDR + 4 * nd - 1]
-    idx = np.empty(nd - 2, np.int64)
-    oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y], idx)
+    oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
+                          idx[: nd - 2])
     oo += i0 * so0 + j0 * so1
     xo += i0 * sx0 + j0 * sx1
     yo += i0 * sy0 + j0 * sy1
@@ -140,13 +141,13 @@ def _tile(spec, o, x, y, meta, t):
 
 
 @njit(**_JIT)
-def _task(spec, po, px, py, pmeta, t):
+def _task(spec, po, px, py, pmeta, t, idx):
     o, x, y = pointers(spec, po, px, py)
     meta = _as_pointer(pmeta, _I64)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
     if var == 4:
-        _tile(spec, o, x, y, meta, t)
+        _tile(spec, o, x, y, meta, t, idx)
         return
     inner = meta[HDR + nd - 1]
     so = meta[HDR + 2 * nd - 1]
@@ -169,8 +170,18 @@ def _task(spec, po, px, py, pmeta, t):
     if nd == 1:
         _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
         return
+    if nd == 2:  # rows of a matrix: no odometer to allocate
+        so0, sx0, sy0 = meta[HDR + nd], meta[HDR + 2 * nd], meta[HDR + 3 * nd]
+        oo += r0 * so0
+        xo += r0 * sx0
+        yo += r0 * sy0
+        for _ in range(r0, r1):
+            _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
+            oo += so0
+            xo += sx0
+            yo += sy0
+        return
     # Unravel the first row once (div/mod), then walk rows with an odometer.
-    idx = np.empty(nd - 1, np.int64)
     oo, xo, yo = _unravel(meta, nd, r0, oo, xo, yo, idx)
     for _ in range(r0, r1):
         _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
@@ -222,9 +233,12 @@ def _kernel_parallel(spec, oo, ox, oy, pmeta):
     status, po, px, py = _resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
-    ntasks = _as_pointer(pmeta, _I64)[M_NTASKS]
+    meta = _as_pointer(pmeta, _I64)
+    ntasks = meta[M_NTASKS]
+    # one allocation per call, not one per task (an NRT allocation costs ~100 ns per task)
+    odometers = np.empty((ntasks, max(meta[M_ND] - 1, 1)), np.int64)
     for t in prange(ntasks):
-        _task(spec, po, px, py, pmeta, t)
+        _task(spec, po, px, py, pmeta, t, odometers[t])
     return OK
 
 
@@ -233,9 +247,10 @@ def _kernel_serial(spec, oo, ox, oy, pmeta):
     status, po, px, py = _resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
-    ntasks = _as_pointer(pmeta, _I64)[M_NTASKS]
-    for t in range(ntasks):
-        _task(spec, po, px, py, pmeta, t)
+    meta = _as_pointer(pmeta, _I64)
+    odometer = np.empty(max(meta[M_ND] - 1, 1), np.int64)
+    for t in range(meta[M_NTASKS]):
+        _task(spec, po, px, py, pmeta, t, odometer)
     return OK
 
 
@@ -266,7 +281,10 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     checked, else None. ``same`` says whether x, y have out's exact shape and strides.
     ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
     """
-    block = block or _config.BLOCK
+    if block is None:
+        # big tasks amortise their setup; but keep at least ~4 per thread for balance
+        per_thread = -(-plan.size // (4 * numba.get_num_threads()))
+        block = min(_config.BLOCK, max(_config.BLOCK_MIN, per_thread))
     ti, tj = tile or _config.TILE
     shape = plan.iter_shape
     nd = len(shape)

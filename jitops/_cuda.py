@@ -134,12 +134,12 @@ def _make_divmod32():
 divmod32 = _divmod_py if SIMULATOR else _make_divmod32()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _device_fn(fn):
     return cuda.jit(device=True)(fn)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def kernels(op: str, act: str | None, x: str, y: str, out: str, compute: str):
     """The (contig, strided) kernels of one specialisation, built from the scalar table."""
     T = from_dtype(np.dtype(compute))

@@ -7,14 +7,12 @@ import sys
 import textwrap
 import threading
 
-import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 import jitops
-from jitops import _config
 
 from .helpers import assert_same, numpy_op
 

@@ -86,6 +86,9 @@ def test_second_process_hits_the_disk_cache(tmp_path):
         assert again.returncode == 0, again.stderr
         hits, misses, dt = again.stdout.split()
         assert (hits, misses) == ("1", "0")
+        # loading is ~0.1 s here against ~1 s to compile; the benchmark suite reports the
+        # exact figure (SPEC: <= 0.2 s), this only guards against a silent recompile
+        assert float(dt) < 0.6, f"first call with a warm cache took {dt} s"
     # repeated runs do not grow the cache
     assert sorted(os.listdir(tmp_path)) == files
     assert {f: os.path.getsize(tmp_path / f) for f in files} == sizes

@@ -1,0 +1,199 @@
+"""The CPU rows of SPEC section 5, each with its contenders and its targets.
+
+A case builds its arrays once and returns zero-argument callables, one per contender, that all
+compute the same thing into the same kind of destination (``out=`` where the row says so).
+Targets are ratios of a contender's median time to jitops' (so 1.5 means jitops is 1.5x
+faster), except ``probe``: the in-run bandwidth probe's time over jitops', i.e. the fraction of
+the probe's bandwidth jitops reaches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import jitops
+
+from . import harness
+
+try:
+    import torch
+except ImportError:  # optional contender
+    torch = None
+try:
+    import numexpr
+except ImportError:  # optional contender
+    numexpr = None
+
+
+@dataclass
+class Case:
+    key: str
+    title: str
+    build: Callable[[], tuple[dict[str, Callable[[], object]], int]]
+    targets: dict[str, float] = field(default_factory=dict)
+    rounds: int = 31
+    budget_s: float = 8.0
+    note: str = ""
+
+
+def _rand(shape, dtype=np.float32, seed=0):
+    return np.random.default_rng(seed).random(shape, dtype=np.float64).astype(dtype)
+
+
+def _t(*arrays):
+    return [torch.from_numpy(a) for a in arrays]
+
+
+def _ne(expr: str, out=None, **arrays):
+    return lambda: numexpr.evaluate(expr, local_dict=arrays, out=out)
+
+
+def _sub_out(n: int, probe: bool = False):
+    def build():
+        x, y = _rand(n, seed=1), _rand(n, seed=2)
+        o = np.empty_like(x)
+        c = {"jitops": lambda: jitops.subtract(x, y, out=o),
+             "numpy": lambda: np.subtract(x, y, out=o)}
+        if torch is not None:
+            tx, ty, to = _t(x, y, o)
+            c["torch"] = lambda: torch.sub(tx, ty, out=to)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x - y", out=o, x=x, y=y)
+        if probe:
+            c["probe"] = lambda: harness.stream_sub(x, y, o)
+        return c, 3 * x.nbytes
+    return build
+
+
+def _sub_new(n: int):
+    def build():
+        x, y = _rand(n, seed=1), _rand(n, seed=2)
+        c = {"jitops": lambda: jitops.subtract(x, y), "numpy": lambda: np.subtract(x, y)}
+        if torch is not None:
+            tx, ty = _t(x, y)
+            c["torch"] = lambda: torch.sub(tx, ty)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x - y", x=x, y=y)
+        return c, 3 * x.nbytes
+    return build
+
+
+def _broadcast(xs, ys, y_numpy_shape=None, **kw):
+    """X - Y into out=, Y given in jitops' convention (``kw``: pdpd axis), reshaped for others."""
+    def build():
+        X, Y = _rand(xs, seed=1), _rand(ys, seed=2)
+        Yn = Y.reshape(y_numpy_shape) if y_numpy_shape else Y
+        O = np.empty(np.broadcast_shapes(X.shape, Yn.shape), np.float32)
+        c = {"jitops": lambda: jitops.subtract(X, Y, out=O, **kw),
+             "numpy": lambda: np.subtract(X, Yn, out=O)}
+        if torch is not None:
+            tX, tY, tO = _t(X, Yn, O)
+            c["torch"] = lambda: torch.sub(tX, tY, out=tO)
+        if numexpr is not None:
+            c["numexpr"] = _ne("X - Y", out=O, X=X, Y=Yn)
+        return c, X.nbytes + Yn.nbytes + O.nbytes
+    return build
+
+
+def _scalar():
+    x = None
+
+    def build():
+        nonlocal x
+        x = _rand(10**7)
+        o = np.empty_like(x)
+        c = {"jitops": lambda: jitops.subtract(x, 3.0, out=o),
+             "numpy": lambda: np.subtract(x, 3.0, out=o)}
+        if torch is not None:
+            tx, to = _t(x, o)
+            c["torch"] = lambda: torch.sub(tx, 3.0, out=to)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x - 3.0", out=o, x=x)
+        return c, 2 * x.nbytes
+    return build
+
+
+def _transposed():
+    X, Y = _rand((4096, 4096), seed=1), _rand((4096, 4096), seed=2)
+    O = np.empty_like(X)
+    c = {"jitops": lambda: jitops.subtract(X.T, Y, out=O),
+         "numpy": lambda: np.subtract(X.T, Y, out=O)}
+    if torch is not None:
+        tX, tY, tO = _t(X, Y, O)
+        c["torch"] = lambda: torch.sub(tX.T, tY, out=tO)
+    if numexpr is not None:
+        c["numexpr"] = _ne("X - Y", out=O, X=X.T, Y=Y)
+    return c, 3 * X.nbytes
+
+
+def _relu():
+    x, y = _rand(10**7, seed=1) - 0.5, _rand(10**7, seed=2) - 0.5
+    o = np.empty_like(x)
+
+    def two_passes():
+        np.subtract(x, y, out=o)
+        np.maximum(o, 0, out=o)
+
+    c = {"jitops": lambda: jitops.subtract(x, y, act="relu", out=o), "numpy": two_passes}
+    if torch is not None:
+        tx, ty, to = _t(x, y, o)
+
+        def torch_two():
+            torch.sub(tx, ty, out=to)
+            torch.relu_(to)
+
+        c["torch"] = torch_two
+    if numexpr is not None:
+        c["numexpr"] = _ne("where(x > y, x - y, 0)", out=o, x=x, y=y)
+    return c, 3 * x.nbytes
+
+
+def _overhead():
+    x, y, o = np.ones(8), np.full(8, 2.0), np.empty(8)
+    c = {"jitops": lambda: jitops.subtract(x, y, out=o),
+         "numpy": lambda: np.subtract(x, y, out=o)}
+    if torch is not None:
+        tx, ty, to = _t(x, y, o)
+        c["torch"] = lambda: torch.sub(tx, ty, out=to)
+    if numexpr is not None:
+        c["numexpr"] = _ne("x - y", out=o, x=x, y=y)
+    return c, 3 * x.nbytes
+
+
+CASES = [
+    Case("sub_1e6_out", "subtract, 1e6 elements, out= (cache-resident)", _sub_out(10**6),
+         {"numpy": 1.5}),
+    Case("sub_1e7_out", "subtract, 1e7 elements, out=", _sub_out(10**7, probe=True),
+         {"numpy": 1.0, "torch": 0.9, "probe": 0.85}),
+    Case("sub_1e7_new", "subtract, 1e7 elements, new result", _sub_new(10**7), {"numpy": 1.3}),
+    Case("pdpd_axis1", "pdpd X(32,64,56,56) - Y(64,) axis 1, out=",
+         _broadcast((32, 64, 56, 56), (64,), (64, 1, 1), broadcast="pdpd", axis=1),
+         {"numpy": 1.4, "torch": 0.9}),
+    Case("row_bcast", "X(4096,4096) - Y(4096,), out=", _broadcast((4096, 4096), (4096,)),
+         {"numpy": 1.4, "torch": 0.9}),
+    Case("outer_bcast", "X(4096,1) - Y(1,4096), out=", _broadcast((4096, 1), (1, 4096)),
+         {"numpy": 1.4, "torch": 0.9}),
+    Case("scalar", "X(1e7) - 3.0, out=", _scalar(), {"numpy": 1.0}),
+    Case("transposed", "X.T - Y, both 4096^2, out=", _transposed, {"numpy": 3.0}, rounds=15),
+    Case("relu_fused", "relu(x - y) fused, 1e7 (NumPy: two passes)", _relu, {"numpy": 2.0}),
+    Case("overhead", "call overhead, 8 float64 elements, out=", _overhead, {"numpy": 0.2},
+         note="target: at most 5x NumPy's time per call"),
+]
+
+#: Sizes of the cost-versus-size sweep (subtract, float32, out=).
+SWEEP_SIZES = [10**2, 10**3, 10**4, 10**5, 3 * 10**5, 10**6, 3 * 10**6, 10**7, 3 * 10**7]
+
+
+def sweep_case(n: int) -> Callable[[], tuple[dict[str, Callable[[], object]], int]]:
+    return _sub_out(n)
+
+
+def set_threads(n: int) -> None:
+    """Give the optional contenders the same thread count jitops runs with."""
+    if torch is not None:
+        torch.set_num_threads(n)
+    if numexpr is not None:
+        numexpr.set_num_threads(n)

@@ -1,0 +1,211 @@
+"""Timing machinery: contenders alternated call by call, medians, an in-run bandwidth probe,
+cold-start measurements in fresh processes, and a record of the machine.
+
+The machine these run on is shared and noisy, so every comparison is *paired*: in each round
+every contender runs once (a round's order rotates, so no one is always first, right after a
+cache-warming neighbour), and a ratio is the median over rounds of the per-round ratio. A
+slow period then slows both sides of a ratio, instead of whichever contender happened to be
+running.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+
+import numpy as np
+from numba import njit, prange
+
+
+def calibrate(fn: Callable[[], object], min_batch_s: float) -> int:
+    """Calls per timed batch: 1 for calls of ``min_batch_s`` or more, else enough to last that
+    long (one 0.3 us call cannot be timed on its own)."""
+    fn()
+    t0 = time.perf_counter()
+    fn()
+    dt = time.perf_counter() - t0
+    if dt >= min_batch_s:
+        return 1
+    k = 1
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            fn()
+        if time.perf_counter() - t0 >= min_batch_s or k >= 1 << 20:
+            return k
+        k *= 2
+
+
+def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
+              min_batch_s: float = 0.002, budget_s: float | None = None,
+              settle_s: float = 0.002) -> dict[str, list[float]]:
+    """Per-call seconds of each contender, one sample per round, contenders interleaved.
+
+    Every contender is warmed up first (compilation and first touch are not steady state).
+    ``budget_s`` stops adding rounds once spent (at least 5 rounds run). Before each timed
+    batch the harness sleeps ``settle_s``: thread pools (OpenMP under PyTorch, TBB under
+    Numba) spin for a while after a parallel region, and on a 2-core machine a pool still
+    spinning from the previous contender would steal the next one's cores. Measured here, that
+    made whichever contender ran after a parallel one up to 1.5x slower.
+    """
+    names = list(contenders)
+    batch = {n: calibrate(contenders[n], min_batch_s) for n in names}
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    start = time.perf_counter()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            order = names[r % len(names):] + names[: r % len(names)]
+            for n in order:
+                fn, k = contenders[n], batch[n]
+                if settle_s:
+                    time.sleep(settle_s)
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    fn()
+                samples[n].append((time.perf_counter() - t0) / k)
+            if budget_s is not None and r >= 4 and time.perf_counter() - start > budget_s:
+                break
+    finally:
+        if gc_was:
+            gc.enable()
+    return samples
+
+
+def median(xs: list[float]) -> float:
+    return statistics.median(xs)
+
+
+def paired_ratio(num: list[float], den: list[float]) -> float:
+    """Median over rounds of ``num[r] / den[r]`` (e.g. NumPy's time over jitops')."""
+    return statistics.median(a / b for a, b in zip(num, den))
+
+
+# -- the bandwidth probe -------------------------------------------------------------------------
+
+@njit(parallel=True, cache=False)
+def stream_sub(x, y, o):  # pragma: no cover - compiled
+    """STREAM-style ``o = x - y``: the plainest parallel loop Numba makes, as the limit."""
+    for i in prange(x.size):
+        o[i] = x[i] - y[i]
+
+
+@njit(parallel=True, cache=False)
+def stream_copy(x, o):  # pragma: no cover - compiled
+    for i in prange(x.size):
+        o[i] = x[i]
+
+
+def bandwidth_probe(n: int = 1 << 25, rounds: int = 9) -> dict[str, float]:
+    """GB/s of a parallel STREAM add-like ``o = x - y`` and copy on arrays far bigger than the
+    caches (float32, ``n`` elements each); bytes counted as STREAM does (reads + writes)."""
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    y = x[::-1].copy()
+    o = np.empty_like(x)
+    s = alternate({"sub": lambda: stream_sub(x, y, o), "copy": lambda: stream_copy(x, o)},
+                  rounds, min_batch_s=0.0)
+    return {"stream_sub_GBps": 3 * x.nbytes / median(s["sub"]) / 1e9,
+            "stream_copy_GBps": 2 * x.nbytes / median(s["copy"]) / 1e9}
+
+
+# -- cold start ----------------------------------------------------------------------------------
+
+_COLD = r"""
+import json, sys, time
+t0 = time.perf_counter()
+import jitops
+t1 = time.perf_counter()
+import numpy as np
+from jitops import _cpu
+x = np.ones(1000, np.float32)
+t2 = time.perf_counter()
+jitops.subtract(x, x)
+t3 = time.perf_counter()
+jitops.multiply(x, np.ones(1000, np.int16))
+t4 = time.perf_counter()
+hits = sum(_cpu._kernel_serial.stats.cache_hits.values())
+misses = sum(_cpu._kernel_serial.stats.cache_misses.values())
+print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_signature_s": t4 - t3,
+                  "cache_hits": hits, "cache_misses": misses}))
+"""
+
+
+def _fresh_process(env: dict[str, str]) -> dict:
+    r = subprocess.run([sys.executable, "-c", _COLD], env=env, capture_output=True, text=True,
+                       check=True)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def cold_start(repeats: int = 3) -> dict:
+    """Import time, compile time of new signatures, and first-call time with a warm disk cache,
+    each in a fresh interpreter with its own empty kernel cache directory."""
+    with tempfile.TemporaryDirectory(prefix="jitops-bench-cache-") as d:
+        env = dict(os.environ, JITOPS_CACHE_DIR=d)
+        compiled = _fresh_process(env)  # empty cache: both signatures compile
+        files_after_first = _count_files(d)
+        warm = [_fresh_process(env) for _ in range(repeats)]
+        files_after = _count_files(d)
+    return {
+        "import_s": median([w["import_s"] for w in warm]),
+        "compile_first_signature_s": compiled["first_call_s"],
+        "compile_new_signature_s": compiled["second_signature_s"],
+        "cached_first_call_s": median([w["first_call_s"] for w in warm]),
+        "cached_cache_hits": min(w["cache_hits"] for w in warm),
+        "cached_cache_misses": max(w["cache_misses"] for w in warm),
+        "cache_files_after_first_run": files_after_first,
+        "cache_files_after_repeats": files_after,
+    }
+
+
+def _count_files(d: str) -> int:
+    return sum(len(f) for _, _, f in os.walk(d))
+
+
+# -- the machine ---------------------------------------------------------------------------------
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict:
+    """Everything a result depends on: CPU, threads, threading layer, versions."""
+    import numba
+
+    import jitops
+    from jitops import _threading
+
+    jitops.add(np.ones(1 << 17), 1.0)  # a parallel launch, so the layer reported is the real one
+    info = {
+        "cpu": _cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "threads": numba.get_num_threads(),
+        "threading_layer": _threading.threading_layer(),
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "jitops": jitops.__version__,
+        "platform": platform.platform(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+    for mod in ("torch", "numexpr"):
+        try:
+            info[mod] = __import__(mod).__version__
+        except ImportError:
+            info[mod] = None
+    return info
