@@ -11,7 +11,8 @@ from functools import lru_cache
 import numba
 import numpy as np
 
-from . import _config, _cpu, _device, _threading
+from . import _config, _cpu, _dask, _device, _threading
+from ._dask import is_dask_array
 from ._device import is_cuda_array
 from ._dtypes import WEAK_SCALARS, check_dtype, resolve
 from ._plan import _check_axis_type, make_plan, normalize_mode
@@ -191,6 +192,8 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
     mode = normalize_mode(broadcast)
     axis = _check_axis_type(axis)
     act = _check_act(act, fname)
+    if is_dask_array(x) or is_dask_array(y):
+        return _dask.binary(op, fname, x, y, mode, axis, act, out, device)
     if device is not None or is_cuda_array(x) or is_cuda_array(y) or is_cuda_array(out):
         target = _device.select(device, x, y, out, fname)
         if target != "cpu":
