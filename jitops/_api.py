@@ -132,7 +132,7 @@ class _Launch:
         args = (self.spec, _ref(target), _ref(x), _ref(y), self.pmeta)
         if self.parallel and _threading.parallel_allowed():
             return _threading.launch_parallel(self.entry, *args)
-        if self.parallel:  # a forked child whose threading layer cannot run: the serial kernel
+        if self.parallel:  # serial() or a forked child whose layer cannot run: the serial kernel
             return _entry_point(_cpu._kernel_serial, self.spec)(*args)
         return self.entry(*args)
 

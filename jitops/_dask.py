@@ -30,10 +30,17 @@ def is_dask_array(v: object) -> bool:
 
 def _chunk(op: str, fname: str, act: str | None, a, b):
     """One output block: the NumPy-input path of the same op (module-level: it is pickled
-    by reference to Dask's workers, which import jitops themselves)."""
-    from ._api import binary
+    by reference to Dask's workers, which import jitops themselves).
 
-    return binary(op, fname, a, b, "numpy", -1, act, None, None)
+    Serial kernels: Dask already runs one chunk task per core (threads or worker processes),
+    and a parallel kernel per task would put two threads on every core (measured: 0.85x
+    ``da.subtract`` on a two-worker cluster with nested threads, against 1.x without).
+    """
+    from ._api import binary
+    from ._threading import serial
+
+    with serial():
+        return binary(op, fname, a, b, "numpy", -1, act, None, None)
 
 
 def _meta_operand(v, name: str, fname: str):

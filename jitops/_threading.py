@@ -10,6 +10,7 @@ are serialised under a lock (workqueue), and a forked child runs the serial kern
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import glob
 import os
@@ -68,8 +69,26 @@ def threading_layer() -> str:
     return layer
 
 
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def serial():
+    """Within this block, calls from this thread run the serial kernels: for callers that
+    already run one task per core (Dask's chunk tasks), where nested threads only compete."""
+    before = getattr(_local, "serial", False)
+    _local.serial = True
+    try:
+        yield
+    finally:
+        _local.serial = before
+
+
 def parallel_allowed() -> bool:
-    """False in a forked child of a process whose layer (GNU OpenMP) cannot survive fork."""
+    """False inside :func:`serial`, and in a forked child of a process whose layer (GNU
+    OpenMP) cannot survive fork."""
+    if getattr(_local, "serial", False):
+        return False
     if _state["forked"] and _state["launched"] and numba.threading_layer() == "omp":
         return False
     return True
