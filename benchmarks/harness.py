@@ -46,7 +46,7 @@ def calibrate(fn: Callable[[], object], min_batch_s: float) -> int:
 
 def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
               min_batch_s: float = 0.002, budget_s: float | None = None,
-              settle_s: float = 0.002) -> dict[str, list[float]]:
+              settle_s: float = 0.002, lead_in: int = 0) -> dict[str, list[float]]:
     """Per-call seconds of each contender, one sample per round, contenders interleaved.
 
     Every contender is warmed up first (compilation and first touch are not steady state).
@@ -69,6 +69,8 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
                 fn, k = contenders[n], batch[n]
                 if settle_s:
                     time.sleep(settle_s)
+                for _ in range(lead_in):
+                    fn()
                 t0 = time.perf_counter()
                 for _ in range(k):
                     fn()

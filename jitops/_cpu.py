@@ -112,79 +112,65 @@ def _unravel(meta, nd, r, oo, xo, yo, idx):
 
 
 @njit(**_JIT)
-def _tile(spec, o, x, y, meta, t, idx):
-    """One ``TILE_I x TILE_J`` tile of the two innermost dims (of one outer index)."""
-    nd = meta[M_ND]
-    nti, ntj = meta[M_NTI], meta[M_NTJ]
-    per = nti * ntj
-    r = t // per
-    ti = (t - r * per) // ntj
-    tj = t - r * per - ti * ntj
-    n0, n1 = meta[HDR + nd - 2], meta[HDR + nd - 1]
-    i0 = ti * meta[M_TILE_I]
-    i1 = min(i0 + meta[M_TILE_I], n0)
-    j0 = tj * meta[M_TILE_J]
-    j1 = min(j0 + meta[M_TILE_J], n1)
-    so0, so1 = meta[HDR + 2 * nd - 2], meta[HDR + 2 * nd - 1]
-    sx0, sx1 = meta[HDR + 3 * nd - 2], meta[HDR + 3 * nd - 1]
-    sy0, sy1 = meta[HDR + 4 * nd - 2], meta[HDR + 4 * nd - 1]
-    oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
-                          idx[: nd - 2])
-    oo += i0 * so0 + j0 * so1
-    xo += i0 * sx0 + j0 * sx1
-    yo += i0 * sy0 + j0 * sy1
-    for _ in range(i0, i1):
-        _row(spec, o, x, y, oo, xo, yo, j1 - j0, 3, so1, sx1, sy1)
-        oo += so0
-        xo += sx0
-        yo += sy0
-
-
-@njit(**_JIT)
 def _task(spec, po, px, py, pmeta, t, idx):
+    """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
+
+    One call site keeps the compiled code small: every inlined copy of the four row loops is
+    vectorised separately, and compile time (which a new signature pays) grows with them.
+    """
     o, x, y = pointers(spec, po, px, py)
     meta = _as_pointer(pmeta, _I64)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
-    if var == 4:
-        _tile(spec, o, x, y, meta, t, idx)
-        return
-    inner = meta[HDR + nd - 1]
     so = meta[HDR + 2 * nd - 1]
     sx = meta[HDR + 3 * nd - 1]
     sy = meta[HDR + 4 * nd - 1]
-    nblk = meta[M_NBLK]
-    if nblk > 1:  # a block of one long row
-        r0 = t // nblk
-        r1 = r0 + 1
-        j0 = (t - r0 * nblk) * meta[M_BLOCK]
-        j1 = min(j0 + meta[M_BLOCK], inner)
-    else:  # whole short rows
-        r0 = t * meta[M_ROWS_PER_TASK]
-        r1 = min(r0 + meta[M_ROWS_PER_TASK], meta[M_ROWS])
-        j0 = 0
-        j1 = inner
-    oo = meta[M_OFF_O] + j0 * so
-    xo = meta[M_OFF_X] + j0 * sx
-    yo = meta[M_OFF_Y] + j0 * sy
-    if nd == 1:
-        _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
-        return
-    if nd == 2:  # rows of a matrix: no odometer to allocate
-        so0, sx0, sy0 = meta[HDR + nd], meta[HDR + 2 * nd], meta[HDR + 3 * nd]
-        oo += r0 * so0
-        xo += r0 * sx0
-        yo += r0 * sy0
-        for _ in range(r0, r1):
-            _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
+    if var == 4:  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
+        nti, ntj = meta[M_NTI], meta[M_NTJ]
+        per = nti * ntj
+        r = t // per
+        ti = (t - r * per) // ntj
+        tj = t - r * per - ti * ntj
+        i0 = ti * meta[M_TILE_I]
+        nrows = min(i0 + meta[M_TILE_I], meta[HDR + nd - 2]) - i0
+        j0 = tj * meta[M_TILE_J]
+        n = min(j0 + meta[M_TILE_J], meta[HDR + nd - 1]) - j0
+        oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
+                              idx[: nd - 2])
+        # rows of the tile step along dim nd-2: walk them as a 2-d odometer would
+        so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
+        oo += i0 * so0 + j0 * so
+        xo += i0 * sx0 + j0 * sx
+        yo += i0 * sy0 + j0 * sy
+        var = 3
+        step_dims = 1
+    else:
+        inner = meta[HDR + nd - 1]
+        nblk = meta[M_NBLK]
+        if nblk > 1:  # a block of one long row
+            r0 = t // nblk
+            nrows = 1
+            j0 = (t - r0 * nblk) * meta[M_BLOCK]
+            n = min(j0 + meta[M_BLOCK], inner) - j0
+        else:  # whole short rows
+            r0 = t * meta[M_ROWS_PER_TASK]
+            nrows = min(r0 + meta[M_ROWS_PER_TASK], meta[M_ROWS]) - r0
+            j0 = 0
+            n = inner
+        oo = meta[M_OFF_O] + j0 * so
+        xo = meta[M_OFF_X] + j0 * sx
+        yo = meta[M_OFF_Y] + j0 * sy
+        # Unravel the first row once (div/mod), then walk rows with an odometer.
+        oo, xo, yo = _unravel(meta, nd, r0, oo, xo, yo, idx[: nd - 1])
+        so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
+        step_dims = nd - 1
+    for _ in range(nrows):
+        _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy)
+        if step_dims == 1:  # rows along one dim (matrices, tiles): no odometer
             oo += so0
             xo += sx0
             yo += sy0
-        return
-    # Unravel the first row once (div/mod), then walk rows with an odometer.
-    oo, xo, yo = _unravel(meta, nd, r0, oo, xo, yo, idx)
-    for _ in range(r0, r1):
-        _row(spec, o, x, y, oo, xo, yo, j1 - j0, var, so, sx, sy)
+            continue
         for d in range(nd - 2, -1, -1):
             idx[d] += 1
             oo += meta[HDR + nd + d]
@@ -192,11 +178,11 @@ def _task(spec, po, px, py, pmeta, t, idx):
             yo += meta[HDR + 3 * nd + d]
             if idx[d] < meta[HDR + d]:
                 break
-            n = meta[HDR + d]
+            m = meta[HDR + d]
             idx[d] = 0
-            oo -= n * meta[HDR + nd + d]
-            xo -= n * meta[HDR + 2 * nd + d]
-            yo -= n * meta[HDR + 3 * nd + d]
+            oo -= m * meta[HDR + nd + d]
+            xo -= m * meta[HDR + 2 * nd + d]
+            yo -= m * meta[HDR + 3 * nd + d]
 
 
 @njit(**_JIT)
