@@ -134,9 +134,13 @@ jitops.subtract(x, x)
 t3 = time.perf_counter()
 jitops.multiply(x, np.ones(1000, np.int16))
 t4 = time.perf_counter()
+big = np.ones(1 << 18, np.float32)
+jitops.add(big, np.ones(1 << 18, np.int8))  # above the parallel threshold: the parallel kernel
+t5 = time.perf_counter()
 hits = sum(_cpu._kernel_serial.stats.cache_hits.values())
 misses = sum(_cpu._kernel_serial.stats.cache_misses.values())
 print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_signature_s": t4 - t3,
+                  "parallel_signature_s": t5 - t4,
                   "cache_hits": hits, "cache_misses": misses}))
 """
 
@@ -160,6 +164,8 @@ def cold_start(repeats: int = 3) -> dict:
         "import_s": median([w["import_s"] for w in warm]),
         "compile_first_signature_s": compiled["first_call_s"],
         "compile_new_signature_s": compiled["second_signature_s"],
+        "compile_new_parallel_signature_s": compiled["parallel_signature_s"],
+        "cached_parallel_first_call_s": median([w["parallel_signature_s"] for w in warm]),
         "cached_first_call_s": median([w["first_call_s"] for w in warm]),
         "cached_cache_hits": min(w["cache_hits"] for w in warm),
         "cached_cache_misses": max(w["cache_misses"] for w in warm),
