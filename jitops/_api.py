@@ -100,16 +100,16 @@ class _Launch:
     """Everything one call needs once its arrays are known: compiled entry point and meta.
 
     Kept per call geometry in ``_FAST``, so a repeated call skips checking, planning and
-    Numba's dispatcher (whose type inference on the spec argument alone costs ~2 us).
+    Numba's dispatcher (whose type inference alone costs ~2 us).
     """
 
-    __slots__ = ("entry", "parallel", "spec", "meta", "pmeta", "shape", "dtype", "strides")
+    __slots__ = ("entry", "parallel", "task", "meta", "pmeta", "shape", "dtype", "strides")
 
     def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
         self.parallel = plan.size >= _config.PARALLEL_THRESHOLD
-        kernel = _cpu._kernel_parallel if self.parallel else _cpu._kernel_serial
-        self.entry = _entry_point(kernel, spec)
-        self.spec, self.meta, self.shape, self.dtype = spec, meta, plan.out_shape, dtype
+        self.entry = _entry_point(_cpu._kernel_parallel if self.parallel else _cpu._kernel_serial)
+        self.task = _cpu.task_address(spec)
+        self.meta, self.shape, self.dtype = meta, plan.out_shape, dtype
         self.pmeta = meta.__array_interface__["data"][0]
         # a new output's layout (order="K"): None for plain C order
         c_order = len(plan.out_shape) <= 1 or plan.out_strides == _c_strides(plan.out_shape)
@@ -129,25 +129,24 @@ class _Launch:
 
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> int:
         """Launch; returns the kernel's status (``_cpu.OK``: written, else nothing written)."""
-        args = (self.spec, _ref(target), _ref(x), _ref(y), self.pmeta)
+        args = (self.task, _ref(target), _ref(x), _ref(y), self.pmeta)
         if self.parallel and _threading.parallel_allowed():
             return _threading.launch_parallel(self.entry, *args)
         if self.parallel:  # serial() or a forked child whose layer cannot run: the serial kernel
-            return _entry_point(_cpu._kernel_serial, self.spec)(*args)
+            return _entry_point(_cpu._kernel_serial)(*args)
         return self.entry(*args)
 
 
 _ENTRIES: dict = {}
+_SIG = (_I64,) * 5
 
 
-def _entry_point(kernel, spec: KernelSpec):
-    """The compiled function for ``spec`` (compiled, or loaded from the disk cache, once)."""
-    key = (kernel, spec)
-    e = _ENTRIES.get(key)
+def _entry_point(kernel):
+    """The compiled driver (one signature for every op and dtype; compiled or loaded once)."""
+    e = _ENTRIES.get(kernel)
     if e is None:
-        sig = (spec.numba_type, _I64, _I64, _I64, _I64)
-        kernel.compile(sig)
-        e = _ENTRIES[key] = kernel.overloads[sig].entry_point
+        kernel.compile(_SIG)
+        e = _ENTRIES[kernel] = kernel.overloads[_SIG].entry_point
     return e
 
 

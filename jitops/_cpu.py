@@ -33,7 +33,9 @@ import platform
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
+from numba.extending import intrinsic
 
 from . import _cache, _config
 from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
@@ -98,9 +100,9 @@ def _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy):
 
 
 @njit(**_JIT)
-def _unravel(meta, nd, r, oo, xo, yo, idx):
-    """Offsets of outer row ``r`` over dims ``0 .. len(idx) - 1``; fills the odometer ``idx``."""
-    for d in range(len(idx) - 1, -1, -1):
+def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
+    """Offsets of outer row ``r`` over dims ``0 .. ndims - 1``; fills the odometer ``idx``."""
+    for d in range(ndims - 1, -1, -1):
         n = meta[HDR + d]
         i = r % n
         r //= n
@@ -112,7 +114,7 @@ def _unravel(meta, nd, r, oo, xo, yo, idx):
 
 
 @njit(**_JIT)
-def _task(spec, po, px, py, pmeta, t, idx):
+def _task(spec, po, px, py, pmeta, t, pidx):
     """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
 
     One call site keeps the compiled code small: every inlined copy of the four row loops is
@@ -120,6 +122,7 @@ def _task(spec, po, px, py, pmeta, t, idx):
     """
     o, x, y = pointers(spec, po, px, py)
     meta = _as_pointer(pmeta, _I64)
+    idx = _as_pointer(pidx, _I64)  # this task's odometer scratch (nd - 1 words)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
     so = meta[HDR + 2 * nd - 1]
@@ -135,8 +138,8 @@ def _task(spec, po, px, py, pmeta, t, idx):
         nrows = min(i0 + meta[M_TILE_I], meta[HDR + nd - 2]) - i0
         j0 = tj * meta[M_TILE_J]
         n = min(j0 + meta[M_TILE_J], meta[HDR + nd - 1]) - j0
-        oo, xo, yo = _unravel(meta, nd, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
-                              idx[: nd - 2])
+        oo, xo, yo = _unravel(meta, nd, nd - 2, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
+                              idx)
         # rows of the tile step along dim nd-2: walk them as a 2-d odometer would
         so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
         oo += i0 * so0 + j0 * so
@@ -161,7 +164,7 @@ def _task(spec, po, px, py, pmeta, t, idx):
         xo = meta[M_OFF_X] + j0 * sx
         yo = meta[M_OFF_Y] + j0 * sy
         # Unravel the first row once (div/mod), then walk rows with an odometer.
-        oo, xo, yo = _unravel(meta, nd, r0, oo, xo, yo, idx[: nd - 1])
+        oo, xo, yo = _unravel(meta, nd, nd - 1, r0, oo, xo, yo, idx)
         so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
         step_dims = nd - 1
     for _ in range(nrows):
@@ -214,35 +217,75 @@ def _resolve(oo, ox, oy, pmeta):
     return OK, po, px, py
 
 
+@intrinsic
+def _call_task(typingctx, task, po, px, py, pmeta, t, pidx):
+    """Call the compiled ``_task`` of some KernelSpec through its address.
+
+    ``task`` is the address of ``_task``'s machine code for one spec (see :func:`task_address`),
+    called with Numba's own calling convention; the spec argument is an opaque pointer nobody
+    reads, so a null one is passed. The drivers below are thereby spec-free: compiled (or
+    loaded from the disk cache) once per process, not once per op and dtype; a new signature
+    compiles only ``_task``.
+    """
+    sig = types.int32(task, po, px, py, pmeta, t, pidx)
+
+    def codegen(context, builder, signature, args):
+        argtys = (types.voidptr,) + (types.int64,) * 6
+        fnty = context.call_conv.get_function_type(types.none, argtys)
+        fn = builder.inttoptr(args[0], fnty.as_pointer())
+        null = context.get_constant_null(types.voidptr)
+        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys,
+                                                    [null, *args[1:]])
+        return builder.zext(status.code, ir.IntType(32))
+
+    return sig, codegen
+
+
 @njit(parallel=True, **_JIT)
-def _kernel_parallel(spec, oo, ox, oy, pmeta):
+def _kernel_parallel(task, oo, ox, oy, pmeta):
     status, po, px, py = _resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
     meta = _as_pointer(pmeta, _I64)
     ntasks = meta[M_NTASKS]
+    width = max(meta[M_ND] - 1, 1)
     # one allocation per call, not one per task (an NRT allocation costs ~100 ns per task)
-    odometers = np.empty((ntasks, max(meta[M_ND] - 1, 1)), np.int64)
+    odometers = np.zeros(ntasks * width, np.int64)
+    base = odometers.ctypes.data
     for t in prange(ntasks):
-        _task(spec, po, px, py, pmeta, t, odometers[t])
-    return OK
+        _call_task(task, po, px, py, pmeta, t, base + t * width * 8)
+    return OK + odometers[0] * 0  # odometers stays alive until every task is done
 
 
 @njit(**_JIT)
-def _kernel_serial(spec, oo, ox, oy, pmeta):
+def _kernel_serial(task, oo, ox, oy, pmeta):
     status, po, px, py = _resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
     meta = _as_pointer(pmeta, _I64)
-    odometer = np.empty(max(meta[M_ND] - 1, 1), np.int64)
+    odometer = np.zeros(max(meta[M_ND] - 1, 1), np.int64)
+    base = odometer.ctypes.data
     for t in range(meta[M_NTASKS]):
-        _task(spec, po, px, py, pmeta, t, odometer)
-    return OK
+        _call_task(task, po, px, py, pmeta, t, base)
+    return OK + odometer[0] * 0
 
 
-KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial}
+KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "task": _task}
 #: Whether each kernel has the on-disk cache (JITOPS_CACHE=0 or no writable directory: off).
 CACHED = {name: _cache.enable(k) for name, k in KERNELS.items()}
+
+_TASKS: dict = {}
+
+
+def task_address(spec) -> int:
+    """Address of ``_task`` compiled for ``spec`` (compiled, or loaded from disk, once)."""
+    addr = _TASKS.get(spec)
+    if addr is None:
+        sig = (spec.numba_type,) + (types.int64,) * 6
+        _task.compile(sig)
+        cres = _task.overloads[sig]
+        addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return addr
 
 
 def extent(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:

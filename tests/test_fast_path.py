@@ -88,8 +88,9 @@ def test_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
     plan = make_plan(x.shape, (6, 1), y.shape, (6, 1), "numpy")
     meta = _cpu.build_meta(plan, (8, 8, 8), data_offset=-1)
     spec = jitops._spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
-    entry = _api._entry_point(_cpu._kernel_serial, spec)
-    status = entry(spec, _api._addr(out), _api._addr(x), _api._addr(y), _api._addr(meta))
+    entry = _api._entry_point(_cpu._kernel_serial)
+    status = entry(_cpu.task_address(spec), _api._addr(out), _api._addr(x), _api._addr(y),
+                   _api._addr(meta))
     assert status == _cpu.OK
     np.testing.assert_array_equal(out, x - y)
 
@@ -102,9 +103,9 @@ def test_kernel_refuses_overlap_without_writing(rng):
     ext = tuple(_cpu.extent(a.shape, a.strides, 8) for a in (out, x, x))
     meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True))
     spec = jitops._spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
-    entry = _api._entry_point(_cpu._kernel_serial, spec)
-    assert entry(spec, _api._ref(out), _api._ref(x), _api._ref(x), _api._addr(meta)) \
-        == _cpu.OVERLAP
+    entry = _api._entry_point(_cpu._kernel_serial)
+    assert entry(_cpu.task_address(spec), _api._ref(out), _api._ref(x), _api._ref(x),
+                 _api._addr(meta)) == _cpu.OVERLAP
     np.testing.assert_array_equal(buf, before)
 
 
@@ -152,3 +153,20 @@ def test_tiled_in_place_over_its_own_transpose(rng):
     r = jitops.subtract(a, a.T, out=a)  # overlapping, not an alias: reads from a copy
     assert r is a
     np.testing.assert_array_equal(a, expect)
+
+
+def test_one_driver_signature_for_every_op_and_dtype(rng):
+    """The drivers are spec-free (they call the spec's compiled task through its address):
+    every op and dtype shares one compiled serial and one parallel driver."""
+    big = rng.random(2 * _config.PARALLEL_THRESHOLD)
+    for op in ("add", "fmin", "multiply"):
+        for dt in ("float32", "int16", "complex64"):
+            if op == "fmin" and dt == "complex64":
+                continue
+            a = big.astype(dt)
+            np.testing.assert_array_equal(getattr(jitops, op)(a[:100], a[:100]),
+                                          getattr(np, op)(a[:100], a[:100]))
+            np.testing.assert_array_equal(getattr(jitops, op)(a, a), getattr(np, op)(a, a))
+    assert len(_cpu._kernel_serial.signatures) == 1
+    assert len(_cpu._kernel_parallel.signatures) == 1
+    assert len(_cpu._task.signatures) >= 8
