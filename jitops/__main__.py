@@ -1,4 +1,9 @@
-"""Command line: ``python -m jitops {info,demo,bench}``."""
+"""jitops command line.
+
+  info   versions, threading layer, thread count, CUDA availability (and why not), cache location
+  demo   the seed documents' examples (Paddle, OpenVINO) with their results
+  bench  the benchmark suite against NumPy/PyTorch/numexpr (``bench --help`` for its options)
+"""
 
 from __future__ import annotations
 
@@ -56,6 +61,17 @@ def _demo() -> int:
     return 0
 
 
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def _info() -> int:
     import numba
 
@@ -68,7 +84,7 @@ def _info() -> int:
     rows = [
         ("jitops", jitops.__version__), ("python", platform.python_version()),
         ("numpy", np.__version__), ("numba", numba.__version__),
-        ("cpu", platform.processor() or platform.machine()),
+        ("cpu", _cpu_model()),
         ("threading layer", th["threading_layer"]), ("threads", th["num_threads"]),
         ("tbb library", th["tbb_path"] or "not found"),
         ("cuda", "available" if why is None else f"not available: {why}"),
@@ -80,13 +96,16 @@ def _info() -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jitops", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m jitops", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     sub.add_parser("info", help="versions, threading layer, threads, CUDA, cache location")
     sub.add_parser("demo", help="the seed documents' examples with their results")
-    b = sub.add_parser("bench", help="run the benchmark suite (see benchmarks/)")
-    b.add_argument("args", nargs=argparse.REMAINDER, help="passed to benchmarks/run.py")
-    a = p.parse_args(argv)
+    sub.add_parser("bench", add_help=False,
+                   help="run the benchmark suite (benchmarks/run.py; bench --help for options)")
+    a, rest = p.parse_known_args(argv)
+    if a.cmd != "bench" and rest:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
     if a.cmd == "demo":
         return _demo()
     if a.cmd == "info":
@@ -99,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if not os.path.exists(script):
         print("benchmarks/run.py not found: run from a source checkout", file=sys.stderr)
         return 2
-    sys.argv = [script, *a.args]
+    sys.argv = [script, *rest]
     runpy.run_path(script, run_name="__main__")
     return 0
 

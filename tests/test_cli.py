@@ -1,0 +1,57 @@
+"""The command line: ``python -m jitops {info,demo,bench}`` and ``--help`` exit 0."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args, timeout=600):
+    return subprocess.run([sys.executable, "-m", "jitops", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_help_lists_the_commands():
+    r = _run("--help")
+    assert r.returncode == 0
+    for cmd in ("info", "demo", "bench"):
+        assert cmd in r.stdout
+
+
+def test_info_says_layer_threads_cuda_and_cache():
+    r = _run("info")
+    assert r.returncode == 0, r.stderr
+    for key in ("threading layer:", "threads:", "cuda:", "kernel cache:", "numba:"):
+        assert key in r.stdout
+    assert "not available:" in r.stdout or "cuda: available" in r.stdout
+
+
+def test_demo_prints_the_seed_results():
+    r = _run("demo")
+    assert r.returncode == 0, r.stderr
+    assert "elementwise_sub([2,3,4], [1,5,2])" in r.stdout and "[ 1., -2., 2.]" in r.stdout
+    assert "(2, 3, 4, 5)" in r.stdout and "(8, 7, 6, 5)" in r.stdout
+
+
+def test_bench_runs_with_progress_and_writes_results(tmp_path):
+    r = _run("bench", "--quick", "--cases", "overhead", "row_bcast", "--no-cold", "--no-sweep",
+             "--out", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    assert "[1/2]" in r.stderr and "[2/2]" in r.stderr  # progress
+    res = json.loads((tmp_path / "latest.json").read_text())
+    assert sorted(c["key"] for c in res["cases"]) == ["overhead", "row_bcast"]
+    assert {"threading_layer", "threads", "cpu", "numpy", "numba"} <= set(res["machine"])
+    assert res["bandwidth_probe"]["stream_sub_GBps"] > 0
+    assert "| case |" in (tmp_path / "latest.md").read_text()
+    assert (tmp_path / "latest.png").stat().st_size > 1000
+
+
+def test_bench_help_is_the_suites():
+    r = _run("bench", "--help")
+    assert r.returncode == 0 and "--quick" in r.stdout
+
+
+@pytest.mark.parametrize("bad", [["nosuch"], ["demo", "--x"]])
+def test_bad_usage_exits_2(bad):
+    assert _run(*bad).returncode == 2
