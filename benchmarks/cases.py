@@ -51,17 +51,25 @@ def _ne(expr: str, out=None, **arrays):
     return lambda: numexpr.evaluate(expr, local_dict=arrays, out=out)
 
 
+def _subtract_into(x, y, o, y_numpy=None, **kw) -> dict[str, Callable[[], object]]:
+    """``x - y`` into ``o`` by every contender available. ``kw`` (e.g. pdpd's axis) goes to
+    jitops only; the others get ``y_numpy``, the same Y in NumPy's broadcasting."""
+    yn = y if y_numpy is None else y_numpy
+    c = {"jitops": lambda: jitops.subtract(x, y, out=o, **kw),
+         "numpy": lambda: np.subtract(x, yn, out=o)}
+    if torch is not None:
+        tx, ty, to = _t(x, yn, o)
+        c["torch"] = lambda: torch.sub(tx, ty, out=to)
+    if numexpr is not None:
+        c["numexpr"] = _ne("x - y", out=o, x=x, y=yn)
+    return c
+
+
 def _sub_out(n: int, probe: bool = False):
     def build():
         x, y = _rand(n, seed=1), _rand(n, seed=2)
         o = np.empty_like(x)
-        c = {"jitops": lambda: jitops.subtract(x, y, out=o),
-             "numpy": lambda: np.subtract(x, y, out=o)}
-        if torch is not None:
-            tx, ty, to = _t(x, y, o)
-            c["torch"] = lambda: torch.sub(tx, ty, out=to)
-        if numexpr is not None:
-            c["numexpr"] = _ne("x - y", out=o, x=x, y=y)
+        c = _subtract_into(x, y, o)
         if probe:
             c["probe"] = lambda: harness.stream_sub(x, y, o)
         return c, 3 * x.nbytes
@@ -84,17 +92,10 @@ def _sub_new(n: int):
 def _broadcast(xs, ys, y_numpy_shape=None, **kw):
     """X - Y into out=, Y given in jitops' convention (``kw``: pdpd axis), reshaped for others."""
     def build():
-        X, Y = _rand(xs, seed=1), _rand(ys, seed=2)
-        Yn = Y.reshape(y_numpy_shape) if y_numpy_shape else Y
-        O = np.empty(np.broadcast_shapes(X.shape, Yn.shape), np.float32)
-        c = {"jitops": lambda: jitops.subtract(X, Y, out=O, **kw),
-             "numpy": lambda: np.subtract(X, Yn, out=O)}
-        if torch is not None:
-            tX, tY, tO = _t(X, Yn, O)
-            c["torch"] = lambda: torch.sub(tX, tY, out=tO)
-        if numexpr is not None:
-            c["numexpr"] = _ne("X - Y", out=O, X=X, Y=Yn)
-        return c, X.nbytes + Yn.nbytes + O.nbytes
+        x, y = _rand(xs, seed=1), _rand(ys, seed=2)
+        yn = y.reshape(y_numpy_shape) if y_numpy_shape else y
+        out = np.empty(np.broadcast_shapes(x.shape, yn.shape), np.float32)
+        return _subtract_into(x, y, out, yn, **kw), x.nbytes + yn.nbytes + out.nbytes
     return build
 
 
@@ -112,16 +113,9 @@ def _scalar():
 
 
 def _transposed():
-    X, Y = _rand((4096, 4096), seed=1), _rand((4096, 4096), seed=2)
-    O = np.empty_like(X)
-    c = {"jitops": lambda: jitops.subtract(X.T, Y, out=O),
-         "numpy": lambda: np.subtract(X.T, Y, out=O)}
-    if torch is not None:
-        tX, tY, tO = _t(X, Y, O)
-        c["torch"] = lambda: torch.sub(tX.T, tY, out=tO)
-    if numexpr is not None:
-        c["numexpr"] = _ne("X - Y", out=O, X=X.T, Y=Y)
-    return c, 3 * X.nbytes
+    x, y = _rand((4096, 4096), seed=1), _rand((4096, 4096), seed=2)
+    out = np.empty_like(x)
+    return _subtract_into(x.T, y, out), 3 * x.nbytes
 
 
 def _relu():
@@ -148,14 +142,7 @@ def _relu():
 
 def _overhead():
     x, y, o = np.ones(8), np.full(8, 2.0), np.empty(8)
-    c = {"jitops": lambda: jitops.subtract(x, y, out=o),
-         "numpy": lambda: np.subtract(x, y, out=o)}
-    if torch is not None:
-        tx, ty, to = _t(x, y, o)
-        c["torch"] = lambda: torch.sub(tx, ty, out=to)
-    if numexpr is not None:
-        c["numexpr"] = _ne("x - y", out=o, x=x, y=y)
-    return c, 3 * x.nbytes
+    return _subtract_into(x, y, o), 3 * x.nbytes
 
 
 CASES = [

@@ -46,14 +46,16 @@ def markdown(result: dict) -> str:
     for r in result["cases"]:
         med = r["median_s"]
         ratios = r["ratios"]
+        vs_torch = f"{ratios['torch']:.2f}×" if "torch" in ratios else "-"
         lines.append(
             f"| {r['title']} | {_fmt_time(med.get('jitops'))} | {_fmt_time(med.get('numpy'))} "
             f"| {_fmt_time(med.get('torch'))} | {_fmt_time(med.get('numexpr'))} "
             f"| {r['gbps']['jitops']:.1f} | {ratios['numpy']:.2f}× "
-            f"| {('%.2f×' % ratios['torch']) if 'torch' in ratios else '-'} "
+            f"| {vs_torch} "
             f"| {r['target_text']} | {_verdict(r)} |")
     c = result.get("cold_start")
     if c:
+        same_files = c["cache_files_after_first_run"] == c["cache_files_after_repeats"]
         lines += [
             "",
             "Cold start (fresh interpreters, own empty kernel cache; float32 subtract of 1000 "
@@ -82,7 +84,7 @@ def markdown(result: dict) -> str:
             f"| {'✅' if c['cached_parallel_first_call_s'] <= 0.2 else '❌'} |",
             f"| cache files after the first run / after {3} more runs "
             f"| {c['cache_files_after_first_run']} / {c['cache_files_after_repeats']} | equal "
-            f"| {'✅' if c['cache_files_after_first_run'] == c['cache_files_after_repeats'] else '❌'} |",
+            f"| {'✅' if same_files else '❌'} |",
         ]
     for extra in result.get("extra_tables", []):
         lines += ["", extra]
@@ -125,7 +127,8 @@ def plot(result: dict, path: str) -> bool:
     sw = result.get("sweep")
     if sw:
         for name in ("jitops", "numpy", "torch", "numexpr"):
-            pts = [(p["n"], p["median_s"][name] / p["n"] * 1e9) for p in sw if name in p["median_s"]]
+            pts = [(p["n"], p["median_s"][name] / p["n"] * 1e9)
+                   for p in sw if name in p["median_s"]]
             if pts:
                 bx.loglog(*zip(*pts), marker="o", label=NAMES[name],
                           color=colors.get(name, "tab:red"))

@@ -16,7 +16,7 @@ import pytest
 
 import jitops
 
-from .helpers import OPS, valid
+from .helpers import OPS
 
 
 def _pair(rng, xs, ys, xc, yc, dtype="float32"):
