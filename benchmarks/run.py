@@ -103,8 +103,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{c['cached_first_call_s']:.3f} s, new signature "
                   f"{c['compile_new_signature_s']:.2f} s")
     result["elapsed_s"] = time.perf_counter() - t_start
-    for path in report.write(result, a.out):
+    paths = report.write(result, a.out)
+    for path in paths:
         _progress(f"wrote {os.path.relpath(path)}")
+    if not any(p.endswith(".png") for p in paths):
+        _progress("no plot: matplotlib is not installed (pip install \"jitops[bench]\")")
     print(report.markdown(result))
     missed = [r["key"] for r in rows if not r["met"]]
     if missed:

@@ -100,3 +100,17 @@ def test_cache_can_be_switched_off(tmp_path):
     res = _run("import numpy as np, jitops; jitops.add(np.ones(3), 1.0)", env)
     assert res.returncode == 0, res.stderr
     assert os.listdir(tmp_path) == []
+
+
+def test_serial_block_runs_the_serial_kernels_and_restores(rng):
+    from jitops import _threading
+
+    x = rng.random(2 * _config.PARALLEL_THRESHOLD)
+    assert _threading.parallel_allowed()
+    with _threading.serial():
+        assert not _threading.parallel_allowed()
+        with _threading.serial():
+            np.testing.assert_array_equal(jitops.subtract(x, 1.0), x - 1.0)
+        assert not _threading.parallel_allowed()  # the outer block still holds
+    assert _threading.parallel_allowed()
+    np.testing.assert_array_equal(jitops.subtract(x, 1.0), x - 1.0)
