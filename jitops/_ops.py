@@ -25,10 +25,11 @@ _DOC = """Elementwise {math}, with NumPy, Paddle (``pdpd``) or exact-shape broad
 
 Parameters
 ----------
-x, y : array_like or CUDA array
+x, y : array_like, CUDA array or dask.array.Array
     Operands: NumPy arrays (any strides, byte order, read-only), anything ``numpy.asarray``
     takes, Python scalars (NumPy 2 "weak" promotion: ``float32 array - 3.0`` stays float32),
-    or CUDA arrays (``__cuda_array_interface__``).
+    CUDA arrays (``__cuda_array_interface__``), or Dask arrays (the result is then a lazy Dask
+    array whose chunks jitops computes; shapes and errors are checked at call time).
 broadcast : {{"numpy", "pdpd", "none"}}, default "numpy"
     ``numpy``: NumPy's rule. ``pdpd``: PaddlePaddle's ``axis`` rule (the lower-rank operand is
     laid onto the other starting at ``axis``; size-1 dims broadcast on both sides). ``none``:
@@ -36,8 +37,9 @@ broadcast : {{"numpy", "pdpd", "none"}}, default "numpy"
 axis : int, default -1
     Start axis for ``pdpd``; -1 means ``|rank(x) - rank(y)|``. Must stay -1 otherwise.
 act : str, optional
-    Activation fused into the same pass: {acts}. ``relu``/``relu6`` work on every real dtype,
-    the others need a floating result.
+    Activation fused into the same pass, one of:
+    {acts}.
+    ``relu``/``relu6`` work on every real dtype, the others need a floating result.
 out : ndarray, optional
     Where to write: exactly the broadcast shape and result dtype. It may be ``x`` or ``y``
     (in place) or overlap them; the result is always NumPy's for the same call.
@@ -46,8 +48,8 @@ device : {{None, "cpu", "cuda", "cuda:N"}}
 
 Returns
 -------
-numpy.ndarray or CUDA array
-    A new array (or ``out``). Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
+numpy.ndarray, CUDA array or dask.array.Array
+    A new array (or ``out``), on the operands' device, or lazy when an operand is a Dask array. Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
     memory order follows the inputs like NumPy's ``order="K"``.
 
 Raises
@@ -57,7 +59,7 @@ ValueError
     shape, read-only or with internal overlap.
 TypeError
     Unsupported dtypes (object, strings, datetimes...), ``out`` of the wrong dtype, ``act``
-    needing a float on an integer result.
+    needing a float on an integer result, ``out=`` or ``device="cuda"`` with Dask operands.
 RuntimeError
     ``device="cuda"`` without a usable GPU (there is never a silent CPU fallback).
 
@@ -100,14 +102,42 @@ _PADDLE = {
 _PDOC = """Paddle's ``{pname}(x, y, axis=-1, act=None, name=None)``: :func:`jitops.{op}` with
 ``broadcast="pdpd"``.
 
-{extra}``name`` is accepted and ignored, as in Paddle's dygraph mode. ``broadcast``, ``out`` and
-``device`` are also accepted (keyword-only), with the meaning they have in :func:`jitops.{op}`.
+{extra}Parameters
+----------
+x, y : array_like, CUDA array or dask.array.Array
+    Operands, as in :func:`jitops.{op}`.
+axis : int, default -1
+    Where Y's first dim lands on X's dims (Paddle's rule; -1: right-aligned, i.e.
+    ``rank(X) - rank(Y)``). Size-1 dims broadcast on both sides.
+act : str, optional
+    Activation fused into the same pass (Paddle's ``act``), one of:
+    {acts}.
+name : str, optional
+    Accepted and ignored, as in Paddle's dygraph mode.
+broadcast, out, device
+    Keyword-only, with the meaning they have in :func:`jitops.{op}` (``broadcast="pdpd"``
+    by default here; ``"numpy"`` or ``"none"`` also work).
+
+Returns
+-------
+numpy.ndarray, CUDA array or dask.array.Array
+    As :func:`jitops.{op}`.
+
+Raises
+------
+ValueError
+    Y does not fit X at ``axis`` (the message names both shapes, the axis and the dim), a bad
+    ``act``, or ``out`` of the wrong shape or read-only.
+TypeError
+    Unsupported dtypes, ``out`` of the wrong dtype, ``act`` needing a float result.
 
 Examples
 --------
 >>> import numpy as np, jitops
 >>> jitops.{pname}(np.array([2., 3., 4.]), np.array([1., 5., 2.])).tolist()
 {example}
+>>> jitops.{pname}(np.ones((2, 3, 4, 5)), np.ones((3, 4)), axis=1).shape
+(2, 3, 4, 5)
 """
 
 _EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]", "multiply": "[2.0, 15.0, 8.0]",
@@ -125,7 +155,8 @@ def _make_paddle(pname: str, op: str):
              "and raises ZeroDivisionError before writing anything if y contains 0, as Paddle "
              "does; other dtypes divide as :func:`jitops.divide`.\n\n") if op == "trunc_divide" else ""
     public = "divide" if op == "trunc_divide" else op
-    fn.__doc__ = _PDOC.format(pname=pname, op=public, extra=extra, example=_EXAMPLES[op])
+    fn.__doc__ = _PDOC.format(pname=pname, op=public, extra=extra, example=_EXAMPLES[op],
+                             acts=", ".join(ACT_NAMES))
     return fn
 
 

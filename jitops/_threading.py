@@ -76,8 +76,20 @@ def _after_fork_in_child() -> None:
 def threading_layer() -> str:
     """The Numba threading layer jitops runs on.
 
-    The layer actually in use once a parallel kernel has run; before that, the one that will be
-    chosen (``"tbb"`` when TBB could be loaded, else Numba's configured preference).
+    jitops prefers ``omp``, then ``tbb`` (pip's TBB, loaded at import), then ``workqueue``,
+    unless ``NUMBA_THREADING_LAYER`` or ``NUMBA_THREADING_LAYER_PRIORITY`` says otherwise.
+
+    Returns
+    -------
+    str
+        ``"omp"``, ``"tbb"`` or ``"workqueue"``: the layer actually in use once a parallel
+        kernel has run; before that, the first one jitops will try.
+
+    Examples
+    --------
+    >>> import jitops
+    >>> jitops.threading_layer() in ("omp", "tbb", "workqueue")
+    True
     """
     if _state["launched"]:
         return numba.threading_layer()
