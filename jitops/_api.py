@@ -93,6 +93,7 @@ def _c_strides(shape):
 
 
 _ND = np.ndarray
+_WEAK = frozenset(WEAK_SCALARS)
 _I64 = numba.types.int64
 
 
@@ -103,9 +104,11 @@ class _Launch:
     Numba's dispatcher (whose type inference alone costs ~2 us).
     """
 
-    __slots__ = ("entry", "parallel", "task", "meta", "pmeta", "shape", "dtype", "strides")
+    __slots__ = ("entry", "parallel", "task", "meta", "pmeta", "shape", "dtype", "strides",
+                 "x_dtype", "y_dtype")
 
     def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
+        self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
         self.parallel = plan.size >= _config.PARALLEL_THRESHOLD
         self.entry = _entry_point(_cpu._kernel_parallel if self.parallel else _cpu._kernel_serial)
         self.task = _cpu.task_address(spec)
@@ -155,6 +158,11 @@ _FAST: dict = {}
 _FAST_MAX = 4096
 
 
+def _geometry(v) -> tuple | type:
+    """An operand's part of a fast-path key: dtype, shape and strides, or a weak scalar's type."""
+    return (v.dtype, v.shape, v.strides) if type(v) is _ND else type(v)
+
+
 def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
            device=None):
     """Shared implementation of every public op (see the public functions' docstrings).
@@ -162,25 +170,40 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
     The first call of a kind goes through every check (``_binary``); a repeat with the same
     arguments' types, dtypes, shapes and strides reuses its plan and compiled kernel, and the
     kernel itself re-checks what can differ between such calls (alignment, overlap of ``out``
-    with the inputs), handing the call back to ``_binary`` when a check fails.
+    with the inputs), handing the call back to ``_binary`` when a check fails. A Python scalar
+    operand is part of a repeat by its type (NumPy 2 promotion depends on nothing else); its
+    value is converted to the operand dtype the first call settled on.
     """
-    if device is None and type(x) is _ND and type(y) is _ND and type(axis) is int:
-        if out is None:
+    if device is None and type(axis) is int:
+        tx, ty = type(x), type(y)
+        if tx is _ND and ty is _ND:
             key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
                    y.strides)
-        elif type(out) is _ND and out.flags.writeable:
-            key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
-                   y.strides, out.dtype, out.shape, out.strides)
+        elif (tx is _ND and ty in _WEAK) or (ty is _ND and tx in _WEAK):
+            key = (op, broadcast, axis, act, _geometry(x), _geometry(y))
         else:
             key = None
+        if key is not None and out is not None:
+            if type(out) is _ND and out.flags.writeable:
+                key += (out.dtype, out.shape, out.strides)
+            else:
+                key = None
         if key is not None:
             try:
                 launch = _FAST.get(key)
             except TypeError:  # unhashable broadcast or act: _binary says what is wrong
                 launch = key = None
             if launch is not None:
+                xa, ya = x, y
+                try:
+                    if tx is not _ND:
+                        xa = np.asarray(x, launch.x_dtype)
+                    if ty is not _ND:
+                        ya = np.asarray(y, launch.y_dtype)
+                except OverflowError:  # an int that does not fit: _binary raises it properly
+                    return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
                 target = out if out is not None else launch.new_output()
-                if launch.run(target, x, y) == _cpu.OK:
+                if launch.run(target, xa, ya) == _cpu.OK:
                     return target
                 key = None  # misaligned or overlapping this time: the careful path
         return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
@@ -241,8 +264,8 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
                                f"operands (status {status})")
         # Remember the launch for repeats of this call, unless it needed conversions or copies
         # (the fast path hands the kernel the caller's arrays as they are) or a zero check.
-        if key is not None and xa is x and ya is y and (out is None or target is out) \
-                and op != "trunc_divide":
+        if key is not None and (xa is x or type(x) in _WEAK) and (ya is y or type(y) in _WEAK) \
+                and (out is None or target is out) and op != "trunc_divide":
             if len(_FAST) >= _FAST_MAX:
                 _FAST.clear()
             _FAST[key] = launch

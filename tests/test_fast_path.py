@@ -170,3 +170,21 @@ def test_one_driver_signature_for_every_op_and_dtype(rng):
     assert len(_cpu._kernel_serial.signatures) == 1
     assert len(_cpu._kernel_parallel.signatures) == 1
     assert len(_cpu._task.signatures) >= 8
+
+
+def test_weak_scalars_repeat_through_the_fast_path(rng):
+    x = (rng.standard_normal(20) * 50).astype(np.int16)
+    out = np.empty(20, np.int16)
+    _api._FAST.clear()
+    for v in (3, -7, 0, 32767):  # one cache entry serves every value of the same type
+        np.testing.assert_array_equal(jitops.add(x, v, out=out), np.add(x, v, out=np.empty_like(x)))
+        np.testing.assert_array_equal(jitops.subtract(v, x), np.subtract(v, x))
+    assert len(_api._FAST) == 2
+    with pytest.raises(OverflowError, match="out of bounds for int16"):  # still refused
+        jitops.add(x, 40000, out=out)
+    f = rng.random(5).astype(np.float32)
+    for v in (2.5, 1e300, True, 1 + 2j):
+        with np.errstate(over="ignore"):  # 1e300 -> float32 inf warns, in NumPy as here
+            got, exp = jitops.multiply(f, v), np.multiply(f, v)
+        assert got.dtype == exp.dtype
+        np.testing.assert_array_equal(got, exp)
