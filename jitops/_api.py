@@ -43,7 +43,8 @@ def _as_operand(v: object, name: str, fname: str) -> np.ndarray | object:
         try:
             a = np.asarray(v)
         except Exception as e:  # ragged lists and the like
-            raise TypeError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") from None
+            raise TypeError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") \
+                from None
     check_dtype(a.dtype, name, fname)
     return a
 

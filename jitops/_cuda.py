@@ -145,11 +145,11 @@ def kernels(op: str, act: str | None, x: str, y: str, out: str, compute: str):
     T = from_dtype(np.dtype(compute))
     f = _device_fn(_scalar.OPS[op])
     g = _device_fn(_scalar.ACTS[act])
-    O = types.boolean if out == "bool" else from_dtype(np.dtype(out))
+    out_t = types.boolean if out == "bool" else from_dtype(np.dtype(out))
 
     @cuda.jit(device=True)
     def elem(a, b):
-        return O(g(f(T(a), T(b), T), T))
+        return out_t(g(f(T(a), T(b), T), T))
 
     @cuda.jit
     def contig(o, xa, ya, n):

@@ -45,7 +45,8 @@ def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
             "O": "object", "U": "string", "S": "bytes", "M": "datetime", "m": "timedelta",
             "V": "void/structured",
         }.get(dt.kind, "")
-        if dt.kind in "biufc" and dt.byteorder not in "=|" and dt.newbyteorder("=") in _SUPPORTED_SET:
+        swapped = dt.kind in "biufc" and dt.byteorder not in "=|"
+        if swapped and dt.newbyteorder("=") in _SUPPORTED_SET:
             return  # non-native byte order: converted by the caller
         label = f"{kind} dtype {dt}" if kind else f"dtype {dt}"
         raise TypeError(

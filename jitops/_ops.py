@@ -49,7 +49,8 @@ device : {{None, "cpu", "cuda", "cuda:N"}}
 Returns
 -------
 numpy.ndarray, CUDA array or dask.array.Array
-    A new array (or ``out``), on the operands' device, or lazy when an operand is a Dask array. Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
+    A new array (or ``out``), on the operands' device, or lazy when an operand is a Dask
+    array. Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
     memory order follows the inputs like NumPy's ``order="K"``.
 
 Raises
@@ -140,7 +141,8 @@ Examples
 (2, 3, 4, 5)
 """
 
-_EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]", "multiply": "[2.0, 15.0, 8.0]",
+_EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]",
+             "multiply": "[2.0, 15.0, 8.0]",
              "trunc_divide": "[2.0, 0.6, 2.0]", "maximum": "[2.0, 5.0, 4.0]",
              "minimum": "[1.0, 3.0, 2.0]", "fmax": "[2.0, 5.0, 4.0]", "fmin": "[1.0, 3.0, 2.0]"}
 
@@ -153,7 +155,8 @@ def _make_paddle(pname: str, op: str):
     fn.__module__ = "jitops"
     extra = ("On integers it keeps the integer dtype and truncates toward zero (7 / -2 = -3), "
              "and raises ZeroDivisionError before writing anything if y contains 0, as Paddle "
-             "does; other dtypes divide as :func:`jitops.divide`.\n\n") if op == "trunc_divide" else ""
+             "does; other dtypes divide as :func:`jitops.divide`.\n\n"
+             ) if op == "trunc_divide" else ""
     public = "divide" if op == "trunc_divide" else op
     fn.__doc__ = _PDOC.format(pname=pname, op=public, extra=extra, example=_EXAMPLES[op],
                              acts=", ".join(ACT_NAMES))

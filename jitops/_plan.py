@@ -157,7 +157,8 @@ def align(xs: Shape, ys: Shape, mode: str, axis: int = -1) -> tuple[Shape, Shape
     if mode == "none":
         if xs != ys:
             raise ValueError(
-                f"broadcast='none' needs equal shapes, got X shape {_fmt(xs)} and Y shape {_fmt(ys)}"
+                f"broadcast='none' needs equal shapes, got X shape {_fmt(xs)} and "
+                f"Y shape {_fmt(ys)}"
             )
         return xs, xs, ys
     out = _numpy_shape(xs, ys)

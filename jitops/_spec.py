@@ -159,11 +159,11 @@ def _ov_element(spec, a, b):
     elif spec.out == "bool":
         store = _to_bool_byte
     else:
-        O = from_dtype(np.dtype(spec.out))
+        out_t = from_dtype(np.dtype(spec.out))
 
         @njit
         def store(v):
-            return O(v)
+            return out_t(v)
 
     def impl(spec, a, b):
         return store(act(op(T(load_x(a)), T(load_y(b)), T), T))
