@@ -178,37 +178,52 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
     if device is None and type(axis) is int:
         tx, ty = type(x), type(y)
         if tx is _ND and ty is _ND:
-            key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
-                   y.strides)
-        elif (tx is _ND and ty in _WEAK) or (ty is _ND and tx in _WEAK):
-            key = (op, broadcast, axis, act, _geometry(x), _geometry(y))
-        else:
-            key = None
-        if key is not None and out is not None:
-            if type(out) is _ND and out.flags.writeable:
-                key += (out.dtype, out.shape, out.strides)
+            if out is None:
+                key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
+                       y.strides)
+            elif type(out) is _ND and out.flags.writeable:
+                key = (op, broadcast, axis, act, x.dtype, x.shape, x.strides, y.dtype, y.shape,
+                       y.strides, out.dtype, out.shape, out.strides)
             else:
                 key = None
-        if key is not None:
-            try:
-                launch = _FAST.get(key)
-            except TypeError:  # unhashable broadcast or act: _binary says what is wrong
-                launch = key = None
-            if launch is not None:
-                xa, ya = x, y
+            if key is not None:
                 try:
-                    if tx is not _ND:
-                        xa = np.asarray(x, launch.x_dtype)
-                    if ty is not _ND:
-                        ya = np.asarray(y, launch.y_dtype)
-                except OverflowError:  # an int that does not fit: _binary raises it properly
-                    return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
-                target = out if out is not None else launch.new_output()
-                if launch.run(target, xa, ya) == _cpu.OK:
-                    return target
-                key = None  # misaligned or overlapping this time: the careful path
-        return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
+                    launch = _FAST.get(key)
+                except TypeError:  # unhashable broadcast or act: _binary says what is wrong
+                    launch = key = None
+                if launch is not None:
+                    target = out if out is not None else launch.new_output()
+                    if launch.run(target, x, y) == _cpu.OK:
+                        return target
+                    key = None  # misaligned or overlapping this time: the careful path
+            return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
+        if (tx is _ND and ty in _WEAK) or (ty is _ND and tx in _WEAK):
+            return _with_scalar(op, fname, x, y, broadcast, axis, act, out, device)
     return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
+
+
+def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
+    """The fast path with one weak Python scalar operand, keyed by the scalar's type."""
+    key = (op, broadcast, axis, act, _geometry(x), _geometry(y))
+    if out is not None:
+        if type(out) is not _ND or not out.flags.writeable:
+            return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
+        key += (out.dtype, out.shape, out.strides)
+    try:
+        launch = _FAST.get(key)
+    except TypeError:  # unhashable broadcast or act: _binary says what is wrong
+        return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
+    if launch is not None:
+        try:
+            xa = x if type(x) is _ND else np.asarray(x, launch.x_dtype)
+            ya = y if type(y) is _ND else np.asarray(y, launch.y_dtype)
+        except OverflowError:  # an int that does not fit: _binary raises it properly
+            return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
+        target = out if out is not None else launch.new_output()
+        if launch.run(target, xa, ya) == _cpu.OK:
+            return target
+        key = None
+    return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
 
 
 def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarray:
