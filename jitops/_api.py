@@ -6,6 +6,7 @@ inputs untouched) or computes the whole result.
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 
 import numba
@@ -76,13 +77,25 @@ def _addr(a: np.ndarray) -> int:
 _ref = id if _cpu.DATA_OFFSET >= 0 else _addr
 
 
-def _allocate(plan, dtype: np.dtype) -> np.ndarray:
-    """A new output laid out as the plan says (C order, or following the inputs' order)."""
+def _layout(plan, dtype: np.dtype) -> tuple[int, ...] | None:
+    """Byte strides of a new output laid out as the plan says (NumPy's ``order="K"``), or None
+    for plain C order."""
     shape, strides = plan.out_shape, plan.out_strides
     if len(shape) <= 1 or strides == _c_strides(shape):
+        return None
+    return tuple(s * dtype.itemsize for s in strides)
+
+
+def _new_array(shape: tuple[int, ...], dtype: np.dtype, strides) -> np.ndarray:
+    if strides is None:
         return np.empty(shape, dtype)
-    buf = np.empty(plan.size, dtype)
-    return np.ndarray(shape, dtype, buffer=buf, strides=tuple(s * dtype.itemsize for s in strides))
+    buf = np.empty(math.prod(shape), dtype)
+    return np.ndarray(shape, dtype, buffer=buf, strides=strides)
+
+
+def _allocate(plan, dtype: np.dtype) -> np.ndarray:
+    """A new output laid out as the plan says (C order, or following the inputs' order)."""
+    return _new_array(plan.out_shape, dtype, _layout(plan, dtype))
 
 
 def _c_strides(shape):
@@ -115,21 +128,10 @@ class _Launch:
         self.task = _cpu.task_address(spec)
         self.meta, self.shape, self.dtype = meta, plan.out_shape, dtype
         self.pmeta = meta.__array_interface__["data"][0]
-        # a new output's layout (order="K"): None for plain C order
-        c_order = len(plan.out_shape) <= 1 or plan.out_strides == _c_strides(plan.out_shape)
-        self.strides = None if c_order else tuple(s * dtype.itemsize for s in plan.out_strides)
+        self.strides = _layout(plan, dtype)
 
     def new_output(self) -> np.ndarray:
-        if self.strides is None:
-            return np.empty(self.shape, self.dtype)
-        buf = np.empty(self.size(), self.dtype)
-        return np.ndarray(self.shape, self.dtype, buffer=buf, strides=self.strides)
-
-    def size(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return _new_array(self.shape, self.dtype, self.strides)
 
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> int:
         """Launch; returns the kernel's status (``_cpu.OK``: written, else nothing written)."""
