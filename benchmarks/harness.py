@@ -171,6 +171,7 @@ def cold_start(repeats: int = 3) -> dict:
         "compile_parallel_driver_s": compiled["parallel_driver_s"],
         "cached_parallel_first_call_s": median([w["parallel_signature_s"] for w in warm]),
         "cached_first_call_s": median([w["first_call_s"] for w in warm]),
+        "cached_runs": repeats,
         "cached_cache_hits": min(w["cache_hits"] for w in warm),
         "cached_cache_misses": max(w["cache_misses"] for w in warm),
         "cache_files_after_first_run": files_after_first,
@@ -184,17 +185,6 @@ def _count_files(d: str) -> int:
 
 # -- the machine ---------------------------------------------------------------------------------
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def machine() -> dict:
     """Everything a result depends on: CPU, threads, threading layer, versions."""
     import numba
@@ -204,7 +194,7 @@ def machine() -> dict:
 
     jitops.add(np.ones(1 << 17), 1.0)  # a parallel launch, so the layer reported is the real one
     info = {
-        "cpu": _cpu_model(),
+        "cpu": _threading.cpu_model(),
         "logical_cpus": os.cpu_count(),
         "threads": numba.get_num_threads(),
         "threading_layer": _threading.threading_layer(),

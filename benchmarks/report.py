@@ -82,7 +82,7 @@ def markdown(result: dict) -> str:
             f"| first call, parallel kernel from the disk cache "
             f"| {c['cached_parallel_first_call_s']:.3f} s | ≤ 0.2 s "
             f"| {'✅' if c['cached_parallel_first_call_s'] <= 0.2 else '❌'} |",
-            f"| cache files after the first run / after {3} more runs "
+            f"| cache files after the first run / after {c.get('cached_runs', 3)} more runs "
             f"| {c['cache_files_after_first_run']} / {c['cache_files_after_repeats']} | equal "
             f"| {'✅' if same_files else '❌'} |",
         ]

@@ -61,17 +61,6 @@ def _demo() -> int:
     return 0
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return f"{line.split(':', 1)[1].strip()} ({platform.machine()})"
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def _info() -> int:
     import numba
 
@@ -84,7 +73,7 @@ def _info() -> int:
     rows = [
         ("jitops", jitops.__version__), ("python", platform.python_version()),
         ("numpy", np.__version__), ("numba", numba.__version__),
-        ("cpu", _cpu_model()),
+        ("cpu", f"{th['cpu']} ({platform.machine()})"),
         ("threading layer", th["threading_layer"]), ("threads", th["num_threads"]),
         ("tbb library", th["tbb_path"] or "not found"),
         ("cuda", "available" if why is None else f"not available: {why}"),

@@ -15,15 +15,17 @@ NumPy ``BINARY_LOOP_FAST`` idea: the same body under branch conditions the compi
 and the ``tiled`` variant cuts the two innermost dims into ``TILE_I x TILE_J`` tiles (one task
 each) whose rows run the strided loop, for operands that disagree on layout.
 
-Arguments are five scalars: the spec, the three ndarray *objects'* addresses (``id()``) and the
-address of an int64 ``meta`` array (shape, strides, offsets, task geometry, checks). The
-kernel reads each array's data pointer from its object header (``PyArrayObject.data``, at an
-offset verified against ``__array_interface__`` at import; where it cannot be verified the
-caller passes data addresses instead), checks alignment and, for ``out=``, overlap with the
-inputs, and returns a status instead of writing when a check fails. So a repeated call costs
-one dictionary lookup and one compiled call (no ``__array_interface__``, 1 us per array), and
-array rank, layout and writeability never multiply the number of compiled signatures: there
-is exactly one signature per KernelSpec.
+The two drivers (``_kernel_serial``, ``_kernel_parallel``) take five integers: the address of
+``_task`` compiled for one KernelSpec (:func:`task_address`), the three ndarray *objects'*
+addresses (``id()``) and the address of an int64 ``meta`` array (shape, strides, offsets, task
+geometry, checks). A driver reads each array's data pointer from its object header
+(``PyArrayObject.data``, at an offset verified against ``__array_interface__`` at import; where
+it cannot be verified the caller passes data addresses instead), checks alignment and, for
+``out=``, overlap with the inputs, and returns a status instead of writing when a check fails.
+So a repeated call costs one dictionary lookup and one compiled call (no
+``__array_interface__``, 1 us per array); the drivers are compiled once for every op and
+dtype, and array rank, layout and writeability never multiply signatures: exactly one
+``_task`` per KernelSpec.
 """
 
 from __future__ import annotations

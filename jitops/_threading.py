@@ -23,6 +23,7 @@ import contextlib
 import ctypes
 import glob
 import os
+import platform
 import sys
 import threading
 
@@ -135,9 +136,22 @@ def launch_parallel(kernel, *args):
         return result
 
 
+def cpu_model() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what ``platform`` knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def info() -> dict:
     """What the threading setup is, for ``python -m jitops info`` and bug reports."""
     return {
+        "cpu": cpu_model(),
         "threading_layer": threading_layer(),
         "num_threads": numba.get_num_threads(),
         "tbb_loaded": _state["tbb_loaded"],
