@@ -15,7 +15,7 @@ import numpy as np
 from . import _config, _cpu, _dask, _device, _threading
 from ._dask import is_dask_array
 from ._device import is_cuda_array
-from ._dtypes import WEAK_SCALARS, check_dtype, resolve
+from ._dtypes import WEAK_SCALARS, check_dtype, kernel_op, resolve
 from ._plan import _check_axis_type, make_plan, normalize_mode
 from ._scalar import ACT_NAMES
 from ._spec import KernelSpec
@@ -242,8 +242,7 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
     xv = _as_operand(x, "x", fname)
     yv = _as_operand(y, "y", fname)
     common = np.result_type(xv, yv)
-    if op == "trunc_divide" and common.kind not in "iu":
-        op = "divide"  # Paddle elementwise_div: integers truncate, everything else divides
+    op = kernel_op(op, common)
     dt = resolve(op, xv, yv, fname, act)
     xa = _weak_to_array(xv, common, fname)
     ya = _weak_to_array(yv, common, fname)

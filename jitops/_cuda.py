@@ -28,7 +28,7 @@ from numba.np.numpy_support import from_dtype
 from . import _config, _scalar
 from ._api import _as_operand, _check_act, _weak_to_array
 from ._device import is_cuda_array
-from ._dtypes import check_dtype, resolve
+from ._dtypes import check_dtype, kernel_op, resolve
 from ._plan import CONTIG, make_plan
 
 #: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
@@ -232,8 +232,7 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
             if isinstance(t, np.dtype):
                 check_dtype(t, name, fname)
         common = np.result_type(xt, yt)
-        if op == "trunc_divide" and common.kind not in "iu":
-            op = "divide"
+        op = kernel_op(op, common)
         dt = resolve(op, xt, yt, fname, act)
         xd = _to_device_operand(xv, common, fname, "x")
         yd = _to_device_operand(yv, common, fname, "y")

@@ -18,7 +18,7 @@ import sys
 
 import numpy as np
 
-from ._dtypes import WEAK_SCALARS, check_dtype, resolve
+from ._dtypes import WEAK_SCALARS, check_dtype, kernel_op, resolve
 from ._plan import align
 
 
@@ -75,10 +75,7 @@ def binary(op: str, fname: str, x, y, mode: str, axis: int, act: str | None, out
     if type(y) not in WEAK_SCALARS and not is_dask_array(y):
         y = np.asarray(y)
     xm, ym = _meta_operand(x, "x", fname), _meta_operand(y, "y", fname)
-    eff = op
-    if op == "trunc_divide" and np.result_type(xm, ym).kind not in "iu":
-        eff = "divide"
-    dt = resolve(eff, xm, ym, fname, act)
+    dt = resolve(kernel_op(op, np.result_type(xm, ym)), xm, ym, fname, act)
     xs, ys = _shape(x, "x", fname), _shape(y, "y", fname)
     out_shape, xf, yf = align(xs, ys, mode, axis)  # the planner's errors, now
     if type(x) not in WEAK_SCALARS and xf != xs:

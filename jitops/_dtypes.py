@@ -55,6 +55,12 @@ def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
         )
 
 
+def kernel_op(op: str, common: np.dtype) -> str:
+    """The op the kernels run: Paddle's ``elementwise_div`` (``trunc_divide``) truncates on
+    integers and is true division on every other dtype."""
+    return "divide" if op == "trunc_divide" and common.kind not in "iu" else op
+
+
 def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTypes:
     """Result and compute dtypes for ``op`` on these operands (arrays or weak Python scalars).
 
