@@ -33,20 +33,26 @@ from __future__ import annotations
 import ctypes
 import platform
 
-import numba
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import _cache, _config
+from . import _cache, _config, _threading
 from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from ._spec import _as_pointer, element, pointers
 
 VARIANT_CODES = {CONTIG: 0, SCALAR_X: 1, SCALAR_Y: 2, STRIDED: 3, TILED: 4}
 
-#: Kernel return codes (nothing was written unless OK).
-OK, MISALIGNED, OVERLAP = 0, 1, 2
+#: Kernel return codes. MISALIGNED and OVERLAP: a check failed and nothing was written.
+#: TASK_FAILED: some task's compiled code returned an error status (an exception inside the
+#: scalar code); the caller must raise, since elements of that task may be unwritten.
+OK, MISALIGNED, OVERLAP, TASK_FAILED = 0, 1, 2, 3
+
+#: Most dims a plan can have after coalescing (NumPy's NPY_MAXDIMS): the size of each task's
+#: odometer, which lives on that task's own stack.
+MAX_DIMS = 64
 
 # meta layout (int64): a fixed header, then shape, out/x/y strides (nd each)
 M_ND, M_VARIANT, M_BLOCK, M_NTASKS, M_ROWS_PER_TASK, M_NBLK, M_ROWS = 0, 1, 2, 3, 4, 5, 6
@@ -115,16 +121,36 @@ def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
     return oo, xo, yo
 
 
+@intrinsic
+def _stack_odometer(typingctx):
+    """``MAX_DIMS`` int64 words on the calling function's stack (an ``alloca`` in its entry
+    block), as a typed pointer.
+
+    Each task's odometer lives in its own stack frame, so its lifetime is the task's by
+    construction. (An NRT array allocated in the parallel driver and shared with the ``prange``
+    tasks was freed while tasks still wrote to it: Numba prunes the reference once the array
+    is no longer used in the driver's own IR, whatever expression pretends to use it.)
+    """
+    sig = types.CPointer(types.int64)()
+
+    def codegen(context, builder, signature, args):
+        return cgutils.alloca_once(builder, ir.IntType(64), size=MAX_DIMS)
+
+    return sig, codegen
+
+
 @njit(**_JIT)
-def _task(spec, po, px, py, pmeta, t, pidx):
+def _task(spec, po, px, py, pmeta, t):
     """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
 
     One call site keeps the compiled code small: every inlined copy of the four row loops is
     vectorised separately, and compile time (which a new signature pays) grows with them.
+    Returns 0; an exception raised by the scalar code makes Numba's calling convention return
+    an error status instead, which the drivers collect (see :func:`_call_task`).
     """
     o, x, y = pointers(spec, po, px, py)
     meta = _as_pointer(pmeta, _I64)
-    idx = _as_pointer(pidx, _I64)  # this task's odometer scratch (nd - 1 words)
+    idx = _stack_odometer()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
     so = meta[HDR + 2 * nd - 1]
@@ -188,6 +214,7 @@ def _task(spec, po, px, py, pmeta, t, pidx):
             oo -= m * meta[HDR + nd + d]
             xo -= m * meta[HDR + 2 * nd + d]
             yo -= m * meta[HDR + 3 * nd + d]
+    return 0
 
 
 @njit(**_JIT)
@@ -220,25 +247,26 @@ def _resolve(oo, ox, oy, pmeta):
 
 
 @intrinsic
-def _call_task(typingctx, task, po, px, py, pmeta, t, pidx):
-    """Call the compiled ``_task`` of some KernelSpec through its address.
+def _call_task(typingctx, task, po, px, py, pmeta, t):
+    """Call the compiled ``_task`` of some KernelSpec through its address; 1 if it failed.
 
     ``task`` is the address of ``_task``'s machine code for one spec (see :func:`task_address`),
     called with Numba's own calling convention; the spec argument is an opaque pointer nobody
     reads, so a null one is passed. The drivers below are thereby spec-free: compiled (or
     loaded from the disk cache) once per process, not once per op and dtype; a new signature
-    compiles only ``_task``.
+    compiles only ``_task``. The callee's status is never discarded: anything but a normal
+    return (an exception raised inside the scalar code) gives 1, and the drivers report it.
     """
-    sig = types.int32(task, po, px, py, pmeta, t, pidx)
+    sig = types.int64(task, po, px, py, pmeta, t)
 
     def codegen(context, builder, signature, args):
-        argtys = (types.voidptr,) + (types.int64,) * 6
-        fnty = context.call_conv.get_function_type(types.none, argtys)
+        argtys = (types.voidptr,) + (types.int64,) * 5
+        fnty = context.call_conv.get_function_type(types.int64, argtys)
         fn = builder.inttoptr(args[0], fnty.as_pointer())
         null = context.get_constant_null(types.voidptr)
-        status, _ = context.call_conv.call_function(builder, fn, types.none, argtys,
+        status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
                                                     [null, *args[1:]])
-        return builder.zext(status.code, ir.IntType(32))
+        return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
 
     return sig, codegen
 
@@ -249,14 +277,10 @@ def _kernel_parallel(task, oo, ox, oy, pmeta):
     if status != OK:
         return status
     meta = _as_pointer(pmeta, _I64)
-    ntasks = meta[M_NTASKS]
-    width = max(meta[M_ND] - 1, 1)
-    # one allocation per call, not one per task (an NRT allocation costs ~100 ns per task)
-    odometers = np.zeros(ntasks * width, np.int64)
-    base = odometers.ctypes.data
-    for t in prange(ntasks):
-        _call_task(task, po, px, py, pmeta, t, base + t * width * 8)
-    return OK + odometers[0] * 0  # odometers stays alive until every task is done
+    failed = 0
+    for t in prange(meta[M_NTASKS]):
+        failed += _call_task(task, po, px, py, pmeta, t)
+    return TASK_FAILED if failed else OK
 
 
 @njit(**_JIT)
@@ -265,11 +289,10 @@ def _kernel_serial(task, oo, ox, oy, pmeta):
     if status != OK:
         return status
     meta = _as_pointer(pmeta, _I64)
-    odometer = np.zeros(max(meta[M_ND] - 1, 1), np.int64)
-    base = odometer.ctypes.data
+    failed = 0
     for t in range(meta[M_NTASKS]):
-        _call_task(task, po, px, py, pmeta, t, base)
-    return OK + odometer[0] * 0
+        failed += _call_task(task, po, px, py, pmeta, t)
+    return TASK_FAILED if failed else OK
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "task": _task}
@@ -283,7 +306,7 @@ def task_address(spec) -> int:
     """Address of ``_task`` compiled for ``spec`` (compiled, or loaded from disk, once)."""
     addr = _TASKS.get(spec)
     if addr is None:
-        sig = (spec.numba_type,) + (types.int64,) * 6
+        sig = (spec.numba_type,) + (types.int64,) * 5
         _task.compile(sig)
         cres = _task.overloads[sig]
         addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
@@ -313,12 +336,16 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
     """
     if block is None:
-        # big tasks amortise their setup; but keep at least ~4 per thread for balance
-        per_thread = -(-plan.size // (4 * numba.get_num_threads()))
-        block = min(_config.BLOCK, max(_config.BLOCK_MIN, per_thread))
+        block = _config.BLOCK
+        if plan.size >= _config.PARALLEL_THRESHOLD:
+            # big tasks amortise their setup; but keep at least ~4 per thread for balance
+            per_thread = -(-plan.size // (4 * _threading.num_threads()))
+            block = min(_config.BLOCK, max(_config.BLOCK_MIN, per_thread))
     ti, tj = tile or _config.TILE
     shape = plan.iter_shape
     nd = len(shape)
+    if nd > MAX_DIMS:  # NumPy itself stops at 64 dims; the task odometers hold that many
+        raise ValueError(f"jitops: at most {MAX_DIMS} dimensions are supported, got {nd}")
     inner = shape[-1]
     rows = 1
     for n in shape[:-1]:

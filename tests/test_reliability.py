@@ -54,12 +54,80 @@ FORK = """
 @pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
 def test_every_threading_layer_survives(layer, script, expect):
     """workqueue aborts on concurrent launches and omp kills a forked child unless jitops
-    serialises (workqueue) or runs serially in the child (omp)."""
+    serialises (workqueue) or runs serially in the child (omp). See test_fork_threads.py for
+    the scenarios with other OpenMP users."""
     res = _run(script, NUMBA_THREADING_LAYER=layer)
     if "No threading layer could be loaded" in res.stderr or "not available" in res.stderr:
         pytest.skip(f"layer {layer} cannot be loaded here")
     assert res.returncode == 0, res.stderr[-2000:]
     assert tuple(res.stdout.split()) == (layer, *expect)
+
+
+# Thousands of parallel launches over varying shapes and every variant (contig, scalar rows,
+# strided, tiled, N-d odometers, reversed views): the parallel driver once freed its task
+# scratch while tasks still wrote it, which aborted such loops within seconds.
+STRESS = """
+    import numpy as np, jitops, numba
+    rng = np.random.default_rng(7)
+    done = 0
+    while done < 3000:
+        r, c = int(rng.integers(2, 300)), int(rng.integers(2, 300))
+        X = rng.standard_normal((r, c)).astype(np.float32)
+        Y = rng.standard_normal(c).astype(np.float32)
+        Yr = rng.standard_normal((r, 1)).astype(np.float32)
+        Z = rng.standard_normal((c, r)).astype(np.float32)
+        W = rng.standard_normal((3, r, c)).astype(np.float32)
+        for got, exp in (
+                (jitops.subtract(X, Y), X - Y),
+                (jitops.subtract(X, Yr), X - Yr),
+                (jitops.elementwise_sub(X, Yr[:, 0], axis=0), X - Yr),
+                (jitops.subtract(Z.T, X), Z.T - X),
+                (jitops.add(W[:, ::-1, ::2], X[::-1, ::2]), W[:, ::-1, ::2] + X[::-1, ::2]),
+                (jitops.multiply(W.transpose(2, 0, 1), Y[:, None, None]),
+                 W.transpose(2, 0, 1) * Y[:, None, None])):
+            assert np.array_equal(got, exp)
+            done += 1
+    print("ok", done, numba.threading_layer())
+"""
+
+
+@pytest.mark.parametrize("layer", ["tbb", "omp", "workqueue"])
+def test_thousands_of_parallel_calls_never_abort(layer):
+    # a low threshold makes every one of these small calls a parallel launch
+    res = _run(STRESS, NUMBA_THREADING_LAYER=layer, JITOPS_PARALLEL_THRESHOLD="256")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split() == ["ok", "3000", layer]
+
+
+VALGRIND = """
+    import numpy as np, jitops
+    rng = np.random.default_rng(0)
+    for i in range(6):
+        r, c = int(rng.integers(300, 400)), int(rng.integers(300, 400))
+        X = rng.standard_normal((r, c)).astype(np.float32)
+        Y = rng.standard_normal(c).astype(np.float32)
+        Z = rng.standard_normal((c, r)).astype(np.float32)
+        assert np.array_equal(jitops.subtract(X, Y), X - Y)
+        assert np.array_equal(jitops.subtract(Z.T, X), Z.T - X)
+    print("ok")
+"""
+
+
+@pytest.mark.slow
+def test_parallel_kernels_under_valgrind():
+    """Memcheck finds no invalid read or write in jitops' kernels (minutes: `pytest -m slow`).
+    The loader's own rpath reads (dl-load.c) are valgrind's known false positives."""
+    import shutil
+
+    if shutil.which("valgrind") is None:
+        pytest.skip("valgrind is not installed (apt-get install valgrind)")
+    _run(VALGRIND)  # compile into the cache first: valgrind then only runs the kernels
+    res = subprocess.run(["valgrind", "--error-limit=no", "-q", sys.executable, "-c",
+                          textwrap.dedent(VALGRIND)], env=dict(os.environ, PYTHONMALLOC="malloc"),
+                         capture_output=True, text=True, timeout=3000)
+    assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
+    bad = [b for b in res.stderr.split("Invalid ")[1:] if "dl-load.c" not in b[:2000]]
+    assert not bad, "".join(bad[:3])[:3000]
 
 
 @st.composite
