@@ -15,7 +15,14 @@ import numpy as np
 from . import _config, _cpu, _dask, _device, _threading
 from ._dask import is_dask_array
 from ._device import is_cuda_array
-from ._dtypes import WEAK_SCALARS, check_dtype, kernel_op, resolve
+from ._dtypes import (
+    WEAK_SCALARS,
+    check_dtype,
+    implementation,
+    kernel_op,
+    resolve,
+    weak_scalar_dtype,
+)
 from ._plan import _check_axis_type, make_plan, normalize_mode
 from ._scalar import ACT_NAMES
 from ._spec import KernelSpec
@@ -34,10 +41,19 @@ def _check_act(act: object, fname: str) -> str | None:
                      f"{', '.join(ACT_NAMES)}")
 
 
+def _refuse_masked(v: object, name: str, fname: str) -> None:
+    """A MaskedArray's mask is part of its meaning: never silently computed on its data."""
+    if isinstance(v, np.ma.MaskedArray):
+        raise TypeError(f"jitops.{fname}: {name} is a numpy.ma.MaskedArray; jitops would drop its "
+                        f"mask. Use numpy.ma's own ops, or pass {name}.filled(value) or "
+                        f"{name}.data explicitly")
+
+
 def _as_operand(v: object, name: str, fname: str) -> np.ndarray | object:
     """An ndarray, or the Python scalar itself when it is "weak" (NEP 50)."""
     if type(v) in WEAK_SCALARS:
         return v
+    _refuse_masked(v, name, fname)
     if isinstance(v, np.ndarray):
         a = v
     else:
@@ -195,8 +211,11 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
                     launch = key = None
                 if launch is not None:
                     target = out if out is not None else launch.new_output()
-                    if launch.run(target, x, y) == _cpu.OK:
+                    status = launch.run(target, x, y)
+                    if status == _cpu.OK:
                         return target
+                    if status == _cpu.TASK_FAILED:
+                        raise _task_failed(fname, out)
                     key = None  # misaligned or overlapping this time: the careful path
             return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
         if (tx is _ND and ty in _WEAK) or (ty is _ND and tx in _WEAK):
@@ -222,8 +241,11 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
         except OverflowError:  # an int that does not fit: _binary raises it properly
             return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
-        if launch.run(target, xa, ya) == _cpu.OK:
+        status = launch.run(target, xa, ya)
+        if status == _cpu.OK:
             return target
+        if status == _cpu.TASK_FAILED:
+            raise _task_failed(fname, out)
         key = None
     return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
 
@@ -244,8 +266,9 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
     common = np.result_type(xv, yv)
     op = kernel_op(op, common)
     dt = resolve(op, xv, yv, fname, act)
-    xa = _weak_to_array(xv, common, fname)
-    ya = _weak_to_array(yv, common, fname)
+    weak = weak_scalar_dtype(op, xv, yv, common)
+    xa = _weak_to_array(xv, weak, fname)
+    ya = _weak_to_array(yv, weak, fname)
     xa, ya = _kernel_ready(xa), _kernel_ready(ya)
 
     plan = make_plan(xa.shape, _element_strides(xa), ya.shape, _element_strides(ya), mode, axis)
@@ -269,13 +292,16 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
     if target is None:
         target = _allocate(plan, dt.result)
     if plan.size:
-        spec = KernelSpec(op, act, xa.dtype, ya.dtype, dt.result, dt.compute)
+        spec = KernelSpec(implementation(op, dt.result), act, xa.dtype, ya.dtype, dt.result,
+                          dt.compute)
         geometry = ((target.dtype.alignment, xa.dtype.alignment, ya.dtype.alignment),
                     None if out is None else tuple(
                         _cpu.extent(a.shape, a.strides, a.itemsize) for a in (target, xa, ya)),
                     (_same_geometry(target, xa), _same_geometry(target, ya)))
         launch = _launch(spec, plan, geometry, target.dtype)
         status = launch.run(target, xa, ya)
+        if status == _cpu.TASK_FAILED:
+            raise _task_failed(fname, out)
         if status != _cpu.OK:  # the operands were made ready above: this is a bug
             raise RuntimeError(f"jitops.{fname}: internal error: the kernel refused prepared "
                                f"operands (status {status})")
@@ -290,6 +316,12 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
         np.copyto(out, target)
         return out
     return target
+
+
+def _task_failed(fname: str, out) -> RuntimeError:
+    where = "out is partly written" if out is not None else "no result is returned"
+    return RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside a "
+                        f"task, so some elements were not computed ({where})")
 
 
 def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
@@ -316,6 +348,7 @@ def _weak_to_array(v, common: np.dtype, fname: str) -> np.ndarray:
 
 
 def _check_out(out, shape, dtype: np.dtype, fname: str) -> None:
+    _refuse_masked(out, "out", fname)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"jitops.{fname}: out must be a numpy.ndarray, got {type(out).__name__}")
     if out.shape != shape:
@@ -326,7 +359,8 @@ def _check_out(out, shape, dtype: np.dtype, fname: str) -> None:
                         f"{dtype} (out must match exactly)")
     if not out.flags.writeable:
         raise ValueError(f"jitops.{fname}: out is read-only")
-    if any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):
+    # an empty out has no element to write twice (NumPy even gives it zero strides)
+    if out.size and any(s == 0 and n > 1 for s, n in zip(out.strides, out.shape)):
         raise ValueError(
             f"jitops.{fname}: out has internal overlap (a zero stride on a dimension of size > 1): "
             "more than one element of the written-to array refers to a single memory location"

@@ -28,7 +28,7 @@ from numba.np.numpy_support import from_dtype
 from . import _config, _scalar
 from ._api import _as_operand, _check_act, _weak_to_array
 from ._device import is_cuda_array
-from ._dtypes import check_dtype, kernel_op, resolve
+from ._dtypes import check_dtype, implementation, kernel_op, resolve, weak_scalar_dtype
 from ._plan import CONTIG, make_plan
 
 #: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
@@ -134,6 +134,16 @@ def _make_divmod32():
 divmod32 = _divmod_py if SIMULATOR else _make_divmod32()
 
 
+if not SIMULATOR:  # the simulator runs the table's plain-Python fma
+    from numba.core.extending import overload
+
+    @overload(_scalar.fma, target="cuda")
+    def _ov_fma(a, b, c):
+        if isinstance(a, types.Float) and a == b == c:
+            return lambda a, b, c: cuda.fma(a, b, c)
+        return None
+
+
 @functools.cache
 def _device_fn(fn):
     return cuda.jit(device=True)(fn)
@@ -143,13 +153,16 @@ def _device_fn(fn):
 def kernels(op: str, act: str | None, x: str, y: str, out: str, compute: str):
     """The (contig, strided) kernels of one specialisation, built from the scalar table."""
     T = from_dtype(np.dtype(compute))
+    # as on the CPU (jitops._spec.element): the activation sees the op's value in the compute
+    # type (integers wrapped first); transcendental ones run in float64, rounded once
+    A = types.float64 if (act in _scalar.WIDE_ACTS and np.dtype(compute).kind == "f") else T
     f = _device_fn(_scalar.OPS[op])
     g = _device_fn(_scalar.ACTS[act])
     out_t = types.boolean if out == "bool" else from_dtype(np.dtype(out))
 
     @cuda.jit(device=True)
     def elem(a, b):
-        return out_t(g(f(T(a), T(b), T), T))
+        return out_t(g(A(T(f(T(a), T(b), T))), A))
 
     @cuda.jit
     def contig(o, xa, ya, n):
@@ -234,8 +247,9 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
         common = np.result_type(xt, yt)
         op = kernel_op(op, common)
         dt = resolve(op, xt, yt, fname, act)
-        xd = _to_device_operand(xv, common, fname, "x")
-        yd = _to_device_operand(yv, common, fname, "y")
+        weak = weak_scalar_dtype(op, xt, yt, common)
+        xd = _to_device_operand(xv, weak, fname, "x")
+        yd = _to_device_operand(yv, weak, fname, "y")
         plan = make_plan(tuple(xd.shape), _elem_strides(xd), tuple(yd.shape), _elem_strides(yd),
                          mode, axis)
         if out is not None:
@@ -264,8 +278,8 @@ def binary(op, fname, x, y, mode, axis, act, out, target):
             return out if out is not None else od
         if any(plan.iter_offsets):  # the CPU's negative-stride flip needs no flip here
             raise AssertionError("unreachable: device operands have non-negative strides")
-        contig, strided = kernels(op, act, np.dtype(xd.dtype).name, np.dtype(yd.dtype).name,
-                                  dt.result.name, dt.compute.name)
+        contig, strided = kernels(implementation(op, dt.result), act, np.dtype(xd.dtype).name,
+                                  np.dtype(yd.dtype).name, dt.result.name, dt.compute.name)
         o1 = _flat_view(od, _span_len(od))
         x1 = _flat_view(xd, _span_len(xd))
         y1 = _flat_view(yd, _span_len(yd))

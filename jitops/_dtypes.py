@@ -61,6 +61,69 @@ def kernel_op(op: str, common: np.dtype) -> str:
     return "divide" if op == "trunc_divide" and common.kind not in "iu" else op
 
 
+def _numpy_fuses_complex_multiply(dtype: str) -> bool:
+    """Whether NumPy's complex multiply on this CPU rounds each part once (its SIMD loop uses
+    FMA where the CPU has it). Probed, not assumed: the imaginary part of
+    ``(-tiny + 0j) * (0 + tiny j)`` is ``-tiny**2 + 0``, which is -0.0 when fused (the exact
+    product rounds to -0.0) and +0.0 when not (``-0.0 + 0.0``)."""
+    tiny = np.finfo(np.dtype(dtype).char.lower()).smallest_subnormal
+    a = np.array([complex(-tiny, 0.0)], dtype)
+    b = np.array([complex(0.0, tiny)], dtype)
+    return bool(np.signbit((a * b)[0].imag))
+
+
+#: Complex multiply as NumPy computes it on this machine, per complex dtype.
+CMUL_FUSED = {name: _numpy_fuses_complex_multiply(name) for name in ("complex64", "complex128")}
+
+_HALF = np.dtype(np.float16)
+_MINMAX = frozenset({"maximum", "minimum", "fmax", "fmin"})
+
+
+def implementation(op: str, result: np.dtype) -> str:
+    """The scalar-table entry (:mod:`jitops._scalar`) that computes ``op`` for this result dtype.
+
+    Where NumPy's answer depends on the dtype, so does the entry: complex multiply and divide
+    are NumPy's own algorithms (fused or not, as NumPy is on this CPU), float16 min/max keep
+    NumPy's half-loop tie rule, unsigned integer division has no sign fix-up.
+    """
+    if result.kind == "c":
+        if op == "multiply":
+            return "complex_multiply_fma" if CMUL_FUSED[result.name] else "complex_multiply"
+        if op == "divide":
+            return "complex_divide"
+    if result == _HALF and op in _MINMAX:
+        return op + "_half"
+    if op == "trunc_divide" and result.kind == "u":
+        return "trunc_divide_unsigned"
+    return op
+
+
+#: The NumPy ufunc whose loop decides how a weak Python scalar is converted for each op.
+_UFUNC = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
+          "divide": np.true_divide, "trunc_divide": np.floor_divide, "maximum": np.maximum,
+          "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin}
+
+
+def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.dtype:
+    """The dtype a weak Python scalar operand is converted to: the one NumPy's loop for ``op``
+    takes in that slot (``divide(uint8_array, -1)`` converts -1 to float64, ``add`` to uint8,
+    which raises for -1 as NumPy does). ``common`` when both operands are scalars. The other
+    operand is an array or a dtype."""
+    uf = _UFUNC.get(op)
+    weak = [type(v) in WEAK_SCALARS for v in (xv, yv)]
+    if uf is None or all(weak):
+        return common
+    slots = tuple(
+        (np.dtype(bool) if type(v) is bool else type(v)) if w else np.dtype(getattr(v, "dtype", v))
+        for v, w in zip((xv, yv), weak)
+    )
+    try:
+        loop = uf.resolve_dtypes(slots + (None,))
+    except TypeError:
+        return common
+    return loop[0] if weak[0] else loop[1]
+
+
 def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTypes:
     """Result and compute dtypes for ``op`` on these operands (arrays or weak Python scalars).
 

@@ -33,22 +33,73 @@ def divide(a, b, T):
     return a / b
 
 
+def fma(a, b, c):
+    """``a * b + c`` rounded once (fused multiply-add).
+
+    Plain Python here; each backend compiles it to its hardware instruction (the CPU through
+    LLVM's ``llvm.fma``, see :mod:`jitops._spec`; CUDA through ``cuda.fma``).
+    """
+    return a * b + c
+
+
 def trunc_divide(a, b, T):
-    """Integer division truncating toward zero (Paddle ``elementwise_div``, ONNX ``Div``).
+    """Signed integer division truncating toward zero (Paddle ``elementwise_div``, ONNX ``Div``).
 
     The caller rejects zero divisors before launching. ``b == -1`` is special-cased because
     ``INT_MIN / -1`` traps on x86; negation wraps instead, like every other integer overflow.
+    Every intermediate stays in ``T``: a Python literal would promote (Numba's rules) and an
+    int64/uint64 mix goes through float64, which is not exact past 2**53.
     """
-    if b == -1:
+    if b == T(-1):
         return T(-a)
-    q = a // b
-    if q < 0 and q * b != a:
-        q += 1
-    return T(q)
+    q = T(a // b)
+    if q < T(0) and T(q * b) != a:
+        q = T(q + T(1))
+    return q
 
 
-# NaN rules. Ties (including 0.0 vs -0.0) return the second operand, as NumPy's vectorised
-# loops do. maximum/minimum propagate NaN (the first operand's NaN when both are NaN).
+def trunc_divide_unsigned(a, b, T):
+    """Unsigned integer division: truncation and floor agree; exact for every width."""
+    return T(a // b)
+
+
+# Complex multiply and divide, written as NumPy's loops compute them so that inf, NaN and
+# signed-zero results are NumPy's (Numba's own complex division also raises on a zero divisor,
+# which inside a kernel would leave elements unwritten). Parts are computed in the part type.
+def complex_multiply(a, b, T):
+    """NumPy's scalar loop (and its SIMD loop on CPUs without FMA)."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    return T(complex(ar * br - ai * bi, ar * bi + ai * br))
+
+
+def complex_multiply_fma(a, b, T):
+    """NumPy's SIMD loop where the CPU has FMA (``simd_cmul``: one fused step per part)."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    return T(complex(fma(ar, br, -(ai * bi)), fma(ar, bi, ai * br)))
+
+
+def complex_divide(a, b, T):
+    """Smith's algorithm, exactly as NumPy's ``@TYPE@_divide`` loop (``loops.c.src``).
+
+    A zero divisor gives NumPy's inf/nan (each part divided by +0), never an exception.
+    """
+    in1r, in1i, in2r, in2i = a.real, a.imag, b.real, b.imag
+    one = T(1).real
+    in2r_abs = abs(in2r)
+    in2i_abs = abs(in2i)
+    if in2r_abs >= in2i_abs:
+        if in2r_abs == 0 and in2i_abs == 0:
+            return T(complex(in1r / in2r_abs, in1i / in2i_abs))
+        rat = in2i / in2r
+        scl = one / (in2r + in2i * rat)
+        return T(complex((in1r + in1i * rat) * scl, (in1i - in1r * rat) * scl))
+    rat = in2r / in2i
+    scl = one / (in2i + in2r * rat)
+    return T(complex((in1r * rat + in1i) * scl, (in1i * rat - in1r) * scl))
+
+
+# NaN rules. Ties (including 0.0 vs -0.0) return the second operand, as NumPy's float32 and
+# float64 loops do. maximum/minimum propagate NaN (the first operand's NaN when both are NaN).
 def maximum(a, b, T):
     return a if (a > b or a != a) else b
 
@@ -67,16 +118,42 @@ def fmin(a, b, T):
     return a if (a < b or b != b) else b
 
 
+# float16: NumPy's half loops compare with npy_half_ge/le, so a tie (0.0 vs -0.0) returns the
+# *first* operand; NaN rules as above.
+def maximum_half(a, b, T):
+    return a if (a >= b or a != a) else b
+
+
+def minimum_half(a, b, T):
+    return a if (a <= b or a != a) else b
+
+
+def fmax_half(a, b, T):
+    return a if (a >= b or b != b) else b
+
+
+def fmin_half(a, b, T):
+    return a if (a <= b or b != b) else b
+
+
 OPS = {
     "add": add,
     "subtract": subtract,
     "multiply": multiply,
     "divide": divide,
     "trunc_divide": trunc_divide,
+    "trunc_divide_unsigned": trunc_divide_unsigned,
+    "complex_multiply": complex_multiply,
+    "complex_multiply_fma": complex_multiply_fma,
+    "complex_divide": complex_divide,
     "maximum": maximum,
     "minimum": minimum,
     "fmax": fmax,
     "fmin": fmin,
+    "maximum_half": maximum_half,
+    "minimum_half": minimum_half,
+    "fmax_half": fmax_half,
+    "fmin_half": fmin_half,
 }
 
 
@@ -109,7 +186,24 @@ def elu(v, T):
 def gelu(v, T):
     # The exact (erf) form, as paddle.nn.functional.gelu(approximate=False), written with
     # erfc: 1 + erf(z) == erfc(-z), without the cancellation 1 + erf(z) suffers for z << 0.
-    return T(0.5) * v * T(math.erfc(-v * T(0.7071067811865476)))
+    # Below -40 the value is smaller than float64's least subnormal: the limit -0.0 (the
+    # formula would give -inf * 0 = nan at -inf).
+    if v < T(-40):
+        return T(-0.0)
+    z = -v * T(0.7071067811865476)
+    e = T(math.erfc(z))
+    if v < T(-1):
+        # erfc(z) falls like exp(-z*z), so rounding z = -v/sqrt(2) costs 2*z*z ulps of
+        # relative error (a thousand ulps at -31). Correct to first order with the exact
+        # residual of that product: erfc(z + dz) = erfc(z) * (1 - dz * r), where
+        # r = -d/dz log erfc(z) = 2/sqrt(pi) * exp(-z*z) / erfc(z) (about 2z + 1/z for z >> 1).
+        dz = fma(-v, T(0.7071067811865476), -z) + (-v) * T(-4.833646656726457e-17)
+        if z < T(26):
+            r = T(1.1283791670955126) * T(math.exp(-z * z)) / e
+        else:  # exp(-z*z) underflows: the asymptotic ratio
+            r = T(2) * z + T(1) / z
+        e = e - e * (dz * r)
+    return T(0.5) * v * e
 
 
 def sigmoid(v, T):
@@ -122,8 +216,19 @@ def sigmoid(v, T):
 
 
 def silu(v, T):
-    # v * sigmoid(v); for v -> -inf, exp(-v) = inf and v / inf = -0.0 (no overflow error).
-    return v / (T(1) + T(math.exp(-v)))
+    # v * sigmoid(v), with the exponential of -|v| only: exp(-v) overflows for v << 0 (float32
+    # below -88.7), and v / inf would flush a normal result to -0.0.
+    if v >= 0:
+        return v / (T(1) + T(math.exp(-v)))
+    if v < T(-700):
+        # e^v is subnormal (imprecise) here while v * e^v may still be normal: multiply by
+        # e^(v/2) twice (1 + e^v is 1). At -inf, -inf * 0 would be nan: the limit is -0.0.
+        h = T(math.exp(v * T(0.5)))
+        if h == 0:
+            return T(-0.0)
+        return (v * h) * h
+    z = T(math.exp(v))
+    return v * z / (T(1) + z)
 
 
 def tanh(v, T):
@@ -135,6 +240,11 @@ def softplus(v, T):
     m = v if v > 0 else T(0)
     return m + T(math.log1p(math.exp(-abs(v))))
 
+
+#: Activations computed in float64 for every float dtype (then rounded once to the result):
+#: their transcendental functions in float32 lose accuracy near under- and overflow (erfc, exp
+#: of large arguments), and float64 makes float32/float16 results correctly rounded in practice.
+WIDE_ACTS = frozenset({"elu", "gelu", "silu", "sigmoid", "tanh", "softplus"})
 
 ACTS = {
     None: identity,

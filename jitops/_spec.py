@@ -15,6 +15,7 @@ from :mod:`jitops._scalar`, and the store (float32 -> float16 bits, bool -> 0/1)
 from __future__ import annotations
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.extending import (
     NativeValue,
@@ -141,8 +142,41 @@ def _to_bool_byte(v):
     return types.uint8(1) if v != 0 else types.uint8(0)
 
 
+@intrinsic
+def _llvm_fma(typingctx, a, b, c):
+    """``a * b + c`` rounded once: LLVM's ``llvm.fma`` (the FMA instruction where the CPU has
+    one, a correctly rounded library call where it does not)."""
+    if not (isinstance(a, types.Float) and a == b == c):
+        return None
+    sig = a(a, b, c)
+
+    def codegen(context, builder, signature, args):
+        ty = context.get_value_type(a)
+        fn = builder.module.declare_intrinsic("llvm.fma", [ty], ir.FunctionType(ty, [ty] * 3))
+        return builder.call(fn, args)
+
+    return sig, codegen
+
+
+@overload(_scalar.fma, jit_options={"error_model": "numpy"})
+def _ov_fma(a, b, c):
+    if isinstance(a, types.Float) and a == b == c:
+        return lambda a, b, c: _llvm_fma(a, b, c)
+    return None
+
+
 def element(spec, a, b):
     """One output word from one x word and one y word (storage types in and out)."""
+
+
+def _loader(dtype: str):
+    """Storage word -> value: float16 bits widen to float32; a bool byte reads as 0 or 1
+    whatever it holds (NumPy reads every nonzero byte as True); others as they are."""
+    if dtype == "float16":
+        return half_to_float
+    if dtype == "bool":
+        return _to_bool_byte
+    return _identity
 
 
 @overload(element, jit_options={"error_model": "numpy"})
@@ -150,10 +184,13 @@ def _ov_element(spec, a, b):
     if not isinstance(spec, KernelSpecType):
         return None
     T = from_dtype(np.dtype(spec.compute))
+    # The activation sees the op's value in the compute type (integers wrapped first); the
+    # transcendental ones run in float64 for every float dtype, rounded once on the store.
+    A = types.float64 if (spec.act in _scalar.WIDE_ACTS and np.dtype(spec.compute).kind == "f") \
+        else T
     op = _jit(_scalar.OPS[spec.op])
     act = _jit(_scalar.ACTS[spec.act])
-    load_x = half_to_float if spec.x == "float16" else _identity
-    load_y = half_to_float if spec.y == "float16" else _identity
+    load_x, load_y = _loader(spec.x), _loader(spec.y)
     if spec.out == "float16":
         store = float_to_half
     elif spec.out == "bool":
@@ -165,8 +202,12 @@ def _ov_element(spec, a, b):
         def store(v):
             return out_t(v)
 
-    def impl(spec, a, b):
-        return store(act(op(T(load_x(a)), T(load_y(b)), T), T))
+    if spec.act is None:
+        def impl(spec, a, b):
+            return store(T(op(T(load_x(a)), T(load_y(b)), T)))
+    else:
+        def impl(spec, a, b):
+            return store(act(A(T(op(T(load_x(a)), T(load_y(b)), T))), A))
 
     return impl
 
