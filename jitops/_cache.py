@@ -5,15 +5,29 @@ scalar table and the spec overloads in other files. The locator below stamps eve
 a hash of all of them (and Numba's version), so editing any of them invalidates the cache
 instead of silently loading stale machine code. Entries are overwritten in place, so repeated
 runs do not grow the cache.
+
+A cache is an optimisation: it never makes a call fail. Every file carries a SHA-256 of its
+payload, and a loaded kernel must have the signature that was asked for; anything that does
+not verify (truncated, empty, garbage, swapped, a directory in a file's place) is treated as
+absent -- damaged files are removed where possible, so the recompiled kernel is written
+afresh. A cache that cannot be written (full disk, read-only directory) is still read, and
+compiled kernels simply stay in memory.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 
 import numba
-from numba.core.caching import CompileResultCacheImpl, FunctionCache, _CacheLocator
+from numba.core.caching import (
+    CompileResultCacheImpl,
+    FunctionCache,
+    IndexDataCacheFile,
+    _CacheLocator,
+)
+from numba.core.serialize import dumps
 
 from . import _config
 
@@ -53,7 +67,11 @@ class _JitopsLocator(_CacheLocator):
         try:
             self.ensure_cache_path()
         except OSError:
-            return None  # not writable: run uncached rather than fail
+            # not writable (read-only, full disk): still read what is there, if anything
+            path = self.get_cache_path()
+            if os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK):
+                return self
+            return None  # nothing to read either: run uncached rather than fail
         return self
 
 
@@ -61,8 +79,94 @@ class _JitopsCacheImpl(CompileResultCacheImpl):
     _locator_classes = [_JitopsLocator]
 
 
+_MAGIC = b"jitops1\n"
+_HEAD = len(_MAGIC) + 32  # magic + SHA-256 of the payload
+
+
+class _Damaged(Exception):
+    """A cache file that does not verify."""
+
+
+def _discard(path: str) -> None:
+    """Remove a damaged cache file so the next save writes it afresh (never a directory)."""
+    try:
+        if os.path.isfile(path) or os.path.islink(path):
+            os.unlink(path)
+    except OSError:
+        pass  # read-only cache: leave it, it is ignored anyway
+
+
+class _CheckedCacheFile(IndexDataCacheFile):
+    """Numba's index and data files, each payload prefixed by a magic and its SHA-256."""
+
+    def _dump(self, obj) -> bytes:
+        payload = dumps(obj)
+        return _MAGIC + hashlib.sha256(payload).digest() + payload
+
+    @staticmethod
+    def _verified(blob: bytes):
+        if blob[: len(_MAGIC)] != _MAGIC or \
+                hashlib.sha256(blob[_HEAD:]).digest() != blob[len(_MAGIC):_HEAD]:
+            raise _Damaged
+        return pickle.loads(blob[_HEAD:])
+
+    def _load_index(self) -> dict:
+        try:
+            with open(self._index_path, "rb") as f:
+                version = pickle.load(f)
+                data = f.read()
+        except FileNotFoundError:
+            return {}
+        except Exception:  # unreadable, truncated, garbage, a directory
+            _discard(self._index_path)
+            return {}
+        if version != self._version:
+            return {}  # another Numba's index: it rewrites it the same way
+        try:
+            stamp, overloads = self._verified(data)
+            if not isinstance(overloads, dict):
+                raise _Damaged
+        except Exception:
+            _discard(self._index_path)
+            return {}
+        return overloads if stamp == self._source_stamp else {}
+
+    def _load_data(self, name: str):
+        path = self._data_path(name)
+        with open(path, "rb") as f:  # OSError: treated as a missing entry by load()
+            data = f.read()
+        try:
+            return self._verified(data)
+        except Exception:
+            _discard(path)
+            return None
+
+
 class _JitopsCache(FunctionCache):
+    """Numba's function cache that degrades to compiling, never to an error."""
+
     _impl_class = _JitopsCacheImpl
+
+    def __init__(self, py_func):
+        super().__init__(py_func)
+        self._cache_file = _CheckedCacheFile(cache_path=self._cache_path,
+                                             filename_base=self._impl.filename_base,
+                                             source_stamp=self._impl.locator.get_source_stamp())
+
+    def load_overload(self, sig, target_context):
+        try:
+            cres = super().load_overload(sig, target_context)
+        except Exception:  # anything a damaged entry can raise while being rebuilt
+            return None
+        if cres is not None and tuple(cres.signature.args) != tuple(sig):
+            return None  # an entry written for another signature: never run it
+        return cres
+
+    def save_overload(self, sig, data):
+        try:
+            super().save_overload(sig, data)
+        except Exception:  # full disk, read-only or vanished directory: stay uncached
+            pass
 
 
 def location(dispatcher) -> str | None:

@@ -1,0 +1,150 @@
+"""The on-disk kernel cache degrades, never fails: damaged entries are ignored (and rewritten),
+a full disk or an unwritable directory means running uncached, a read-only cache is read."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+# One call of a kernel nobody else in the suite uses, its answer checked, and the cache
+# statistics of the op-specific code printed: "<hits> <misses>".
+CALL = """
+import numpy as np, jitops
+from jitops import _cpu
+x = np.arange(12, dtype=np.float32).reshape(3, 4)
+r = jitops.multiply(x, np.float32(-2), act="softplus")
+exp = np.logaddexp(0, (x * -2).astype(np.float64)).astype(np.float32)
+assert np.allclose(r, exp, rtol=1e-6), (r, exp)
+s = _cpu._task.stats
+print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+"""
+
+
+def _run(cache_dir, prelude: str = "", **env) -> tuple[int, int]:
+    e = dict(os.environ, JITOPS_CACHE_DIR=str(cache_dir), **env)
+    e.pop("JITOPS_CACHE", None)
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(prelude) + CALL], env=e,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    hits, misses = res.stdout.split()[-2:]
+    return int(hits), int(misses)
+
+
+def _task_files(d) -> tuple[str, list[str]]:
+    names = sorted(os.listdir(d))
+    index = [n for n in names if n.startswith("_cpu._task") and n.endswith(".nbi")]
+    data = [n for n in names if n.startswith("_cpu._task") and n.endswith(".nbc")]
+    assert len(index) == 1 and data, names
+    return index[0], data
+
+
+@pytest.fixture
+def populated(tmp_path):
+    assert _run(tmp_path) == (0, 1)
+    assert _run(tmp_path) == (1, 0)
+    return tmp_path
+
+
+def _damage_truncate(p):
+    with open(p, "r+b") as f:
+        f.truncate(max(os.path.getsize(p) // 2, 1))
+
+
+def _damage_empty(p):
+    open(p, "wb").close()
+
+
+def _damage_garbage(p):
+    with open(p, "wb") as f:
+        f.write(os.urandom(4096))
+
+
+def _damage_flip_a_byte(p):
+    with open(p, "r+b") as f:
+        f.seek(os.path.getsize(p) - 100)
+        b = f.read(1)
+        f.seek(-1, 1)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+DAMAGES = {"truncated": _damage_truncate, "empty": _damage_empty, "garbage": _damage_garbage,
+           "flipped-byte": _damage_flip_a_byte}
+
+
+@pytest.mark.parametrize("which", ["index", "data"])
+@pytest.mark.parametrize("damage", list(DAMAGES))
+def test_a_damaged_file_is_ignored_and_rewritten(populated, damage, which):
+    index, data = _task_files(populated)
+    DAMAGES[damage](populated / (index if which == "index" else data[0]))
+    assert _run(populated) == (0, 1)  # recompiled, and the call gave the right answer
+    assert _run(populated) == (1, 0)  # rewritten: the next process loads it again
+
+
+def test_a_directory_in_place_of_the_index(populated):
+    index, _ = _task_files(populated)
+    os.remove(populated / index)
+    os.mkdir(populated / index)
+    assert _run(populated) == (0, 1)
+    assert _run(populated) == (0, 1)  # cannot be rewritten: every process compiles, none fails
+
+
+def test_swapped_entries_are_never_run(populated):
+    """Two kernels' data files exchanged: each would load the other's machine code under its
+    own signature. The signature check refuses them."""
+    code = """
+        import numpy as np, jitops
+        jitops.multiply(np.ones(3, np.float32), np.float32(2), act="softplus")
+        jitops.multiply(np.ones(3, np.float64), 2.0, act="softplus")
+    """
+    e = dict(os.environ, JITOPS_CACHE_DIR=str(populated))
+    subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e, check=True,
+                   timeout=300)
+    _, data = _task_files(populated)
+    assert len(data) >= 2
+    a, b = populated / data[0], populated / data[1]
+    tmp = populated / "swap"
+    shutil.move(a, tmp)
+    shutil.move(b, a)
+    shutil.move(tmp, b)
+    hits, misses = _run(populated)
+    assert misses == 1 and hits == 0
+
+
+def test_a_full_disk_means_running_uncached(tmp_path):
+    prelude = """
+        import errno
+        from numba.core import caching
+        def _full(self, path):
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        caching.IndexDataCacheFile._open_for_write = _full
+    """
+    assert _run(tmp_path, prelude) == (0, 1)
+    assert _run(tmp_path, prelude) == (0, 1)
+    assert not [n for n in os.listdir(tmp_path) if n.endswith((".nbi", ".nbc"))]
+
+
+def test_an_unwritable_location_means_running_uncached(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert _run(blocker / "cache") == (0, 1)
+
+
+def test_a_read_only_populated_cache_is_still_read(populated):
+    """Writes fail as on a read-only mount (simulated: the suite may run as root, for whom
+    permission bits do not stop writes); the populated cache is read all the same."""
+    prelude = """
+        import errno, tempfile
+        from numba.core import caching
+        def _ro(*a, **k):
+            raise OSError(errno.EROFS, "Read-only file system")
+        caching.IndexDataCacheFile._open_for_write = lambda self, path: _ro()
+        tempfile.TemporaryFile = _ro
+    """
+    before = {n: os.path.getmtime(populated / n) for n in os.listdir(populated)}
+    assert _run(populated, prelude) == (1, 0)
+    assert {n: os.path.getmtime(populated / n) for n in os.listdir(populated)} == before
