@@ -75,7 +75,9 @@ def _info() -> int:
         ("numpy", np.__version__), ("numba", numba.__version__),
         ("cpu", f"{th['cpu']} ({platform.machine()})"),
         ("threading layer", th["threading_layer"]), ("threads", th["num_threads"]),
+        ("parallel", th["parallel_reason"]),
         ("tbb library", th["tbb_path"] or "not found"),
+        ("openmp loaded", ", ".join(th["openmp_runtimes"]) or "none"),
         ("cuda", "available" if why is None else f"not available: {why}"),
         ("kernel cache", _cache.location(_cpu._kernel_serial) or "off"),
     ]

@@ -18,8 +18,10 @@ def _ref_act(name, v):
             "relu6": lambda: np.where(v < 0, 0.0, np.where(v > 6, 6.0, v)),
             "leaky_relu": lambda: np.where(v >= 0, v, 0.01 * v),
             "elu": lambda: np.where(v > 0, v, np.expm1(v)),
-            "gelu": lambda: 0.5 * v * np.vectorize(math.erfc)(-v / math.sqrt(2)),
-            "silu": lambda: v / (1 + np.exp(-v)),
+            # at -inf both take their limit, -0.0 (the plain formulas give -inf * 0 = nan)
+            "gelu": lambda: np.where(v == -np.inf, -0.0,
+                                     0.5 * v * np.vectorize(math.erfc)(-v / math.sqrt(2))),
+            "silu": lambda: np.where(v == -np.inf, -0.0, v / (1 + np.exp(-v))),
             "sigmoid": lambda: 1 / (1 + np.exp(-v)),
             "tanh": lambda: np.tanh(v),
             "softplus": lambda: np.logaddexp(0, v),
