@@ -152,14 +152,22 @@ class _Launch:
     def new_output(self) -> np.ndarray:
         return _new_array(self.shape, self.dtype, self.strides)
 
-    def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> int:
-        """Launch; returns the kernel's status (``_cpu.OK``: written, else nothing written)."""
+    def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
+            out: np.ndarray | None) -> int:
+        """Launch; returns the kernel's status (``_cpu.OK``: written, else a check failed and
+        nothing was written). A task that failed inside raises: never a silent result."""
         args = (self.task, _ref(target), _ref(x), _ref(y), self.pmeta)
         if self.parallel and _threading.parallel_allowed():
-            return _threading.launch_parallel(self.entry, *args)
-        if self.parallel:  # serial() or a forked child whose layer cannot run: the serial kernel
-            return _entry_point(_cpu._kernel_serial)(*args)
-        return self.entry(*args)
+            status = _threading.launch_parallel(self.entry, *args)
+        elif self.parallel:  # serial() or a process whose layer cannot run: the serial kernel
+            status = _entry_point(_cpu._kernel_serial)(*args)
+        else:
+            status = self.entry(*args)
+        if status == _cpu.TASK_FAILED:
+            where = "out is partly written" if out is not None else "no result is returned"
+            raise RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside "
+                               f"a task, so some elements were not computed ({where})")
+        return status
 
 
 _ENTRIES: dict = {}
@@ -214,11 +222,8 @@ def binary(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=
                     launch = key = None
                 if launch is not None:
                     target = out if out is not None else launch.new_output()
-                    status = launch.run(target, x, y)
-                    if status == _cpu.OK:
+                    if launch.run(target, x, y, fname, out) == _cpu.OK:
                         return target
-                    if status == _cpu.TASK_FAILED:
-                        raise _task_failed(fname, out)
                     key = None  # misaligned or overlapping this time: the careful path
             return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
         if (tx is _ND and ty in _WEAK) or (ty is _ND and tx in _WEAK):
@@ -244,11 +249,8 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
         except OverflowError:  # an int that does not fit: _binary raises it properly
             return _binary(op, fname, x, y, broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
-        status = launch.run(target, xa, ya)
-        if status == _cpu.OK:
+        if launch.run(target, xa, ya, fname, out) == _cpu.OK:
             return target
-        if status == _cpu.TASK_FAILED:
-            raise _task_failed(fname, out)
         key = None
     return _binary(op, fname, x, y, broadcast, axis, act, out, device, key)
 
@@ -302,9 +304,7 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
                         _cpu.extent(a.shape, a.strides, a.itemsize) for a in (target, xa, ya)),
                     (_same_geometry(target, xa), _same_geometry(target, ya)))
         launch = _launch(spec, plan, geometry, target.dtype)
-        status = launch.run(target, xa, ya)
-        if status == _cpu.TASK_FAILED:
-            raise _task_failed(fname, out)
+        status = launch.run(target, xa, ya, fname, out)
         if status != _cpu.OK:  # the operands were made ready above: this is a bug
             raise RuntimeError(f"jitops.{fname}: internal error: the kernel refused prepared "
                                f"operands (status {status})")
@@ -319,12 +319,6 @@ def _binary(op, fname, x, y, broadcast, axis, act, out, device, key) -> np.ndarr
         np.copyto(out, target)
         return out
     return target
-
-
-def _task_failed(fname: str, out) -> RuntimeError:
-    where = "out is partly written" if out is not None else "no result is returned"
-    return RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside a "
-                        f"task, so some elements were not computed ({where})")
 
 
 def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:

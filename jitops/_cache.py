@@ -31,7 +31,7 @@ from numba.core.serialize import dumps
 
 from . import _config
 
-_SOURCES = ("_scalar.py", "_half.py", "_spec.py", "_cpu.py", "_cache.py")
+_SOURCES = ("_scalar.py", "_dtypes.py", "_half.py", "_spec.py", "_cpu.py", "_cache.py")
 _stamp: str | None = None
 
 

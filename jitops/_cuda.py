@@ -28,7 +28,14 @@ from numba.np.numpy_support import from_dtype
 from . import _config, _scalar
 from ._api import _as_operand, _check_act, _weak_to_array
 from ._device import is_cuda_array
-from ._dtypes import check_dtype, implementation, kernel_op, resolve, weak_scalar_dtype
+from ._dtypes import (
+    act_dtype,
+    check_dtype,
+    implementation,
+    kernel_op,
+    resolve,
+    weak_scalar_dtype,
+)
 from ._plan import CONTIG, make_plan
 
 #: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
@@ -153,9 +160,7 @@ def _device_fn(fn):
 def kernels(op: str, act: str | None, x: str, y: str, out: str, compute: str):
     """The (contig, strided) kernels of one specialisation, built from the scalar table."""
     T = from_dtype(np.dtype(compute))
-    # as on the CPU (jitops._spec.element): the activation sees the op's value in the compute
-    # type (integers wrapped first); transcendental ones run in float64, rounded once
-    A = types.float64 if (act in _scalar.WIDE_ACTS and np.dtype(compute).kind == "f") else T
+    A = from_dtype(act_dtype(act, np.dtype(compute)))  # as on the CPU (jitops._spec)
     f = _device_fn(_scalar.OPS[op])
     g = _device_fn(_scalar.ACTS[act])
     out_t = types.boolean if out == "bool" else from_dtype(np.dtype(out))

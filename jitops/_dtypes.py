@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._scalar import WIDE_ACTS
+
 #: Every dtype jitops computes on (SPEC section 2).
 SUPPORTED = tuple(
     np.dtype(t)
@@ -74,6 +76,15 @@ def _numpy_fuses_complex_multiply(dtype: str) -> bool:
 
 #: Complex multiply as NumPy computes it on this machine, per complex dtype.
 CMUL_FUSED = {name: _numpy_fuses_complex_multiply(name) for name in ("complex64", "complex128")}
+
+def act_dtype(act: str | None, compute: np.dtype) -> np.dtype:
+    """The dtype an activation runs in: the compute dtype (integers wrapped first), except the
+    transcendental ones on floats, which run in float64 and are rounded once on the store
+    (float32 erfc/exp lose accuracy near under- and overflow)."""
+    if act in WIDE_ACTS and compute.kind == "f":
+        return np.dtype(np.float64)
+    return compute
+
 
 _HALF = np.dtype(np.float16)
 _MINMAX = frozenset({"maximum", "minimum", "fmax", "fmin"})

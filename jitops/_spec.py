@@ -29,6 +29,7 @@ from numba.extending import (
 from numba.np.numpy_support import from_dtype
 
 from . import _scalar
+from ._dtypes import act_dtype
 from ._half import float_to_half, half_to_float
 
 _BOOL = np.dtype(bool)
@@ -184,10 +185,7 @@ def _ov_element(spec, a, b):
     if not isinstance(spec, KernelSpecType):
         return None
     T = from_dtype(np.dtype(spec.compute))
-    # The activation sees the op's value in the compute type (integers wrapped first); the
-    # transcendental ones run in float64 for every float dtype, rounded once on the store.
-    A = types.float64 if (spec.act in _scalar.WIDE_ACTS and np.dtype(spec.compute).kind == "f") \
-        else T
+    A = from_dtype(act_dtype(spec.act, np.dtype(spec.compute)))
     op = _jit(_scalar.OPS[spec.op])
     act = _jit(_scalar.ACTS[spec.act])
     load_x, load_y = _loader(spec.x), _loader(spec.y)

@@ -170,15 +170,18 @@ def serial():
         _local.serial = before
 
 
+def _current() -> tuple[int, bool, bool, str]:
+    """This process's decision (made on first need, and again in a forked child)."""
+    d = _decision
+    return d if d is not None and d[0] == os.getpid() else _decide()
+
+
 def parallel_allowed() -> bool:
     """False inside :func:`serial`, and in a process where the layer cannot run safely (see
     the module docstring)."""
     if getattr(_local, "serial", False):
         return False
-    d = _decision
-    if d is None or d[0] != os.getpid():
-        d = _decide()
-    return d[1]
+    return _current()[1]
 
 
 def num_threads() -> int:
@@ -189,10 +192,7 @@ def num_threads() -> int:
 def launch_parallel(kernel, *args):
     """Run a parallel kernel and return its result, one launch at a time where the layer is
     not thread-safe (workqueue). Call only where :func:`parallel_allowed` said yes."""
-    d = _decision
-    if d is None or d[0] != os.getpid():
-        d = _decide()
-    if d[2]:
+    if _current()[2]:
         with _lock:
             return kernel(*args)
     return kernel(*args)
@@ -212,7 +212,7 @@ def cpu_model() -> str:
 
 def info() -> dict:
     """What the threading setup is, for ``python -m jitops info`` and bug reports."""
-    _, parallel, _, why = _decide()
+    _, parallel, _, why = _current()
     return {
         "cpu": cpu_model(),
         "threading_layer": numba.threading_layer(),
