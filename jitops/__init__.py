@@ -7,12 +7,15 @@
 
 from __future__ import annotations
 
-from . import _threading
+from .cpu import parallel as _parallel
 
-_threading.configure()  # before anything can launch a parallel kernel
+_parallel.configure()  # before anything can launch a parallel kernel
 
-from ._api import ScalarOverflowError  # noqa: E402
-from ._ops import (  # noqa: E402
+from .core.pipeline import ScalarOverflowError  # noqa: E402
+from .core.plan import result_shape  # noqa: E402
+from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
+from .cpu.parallel import threading_layer  # noqa: E402
+from .ops import (  # noqa: E402
     add,
     divide,
     elementwise_add,
@@ -30,9 +33,6 @@ from ._ops import (  # noqa: E402
     multiply,
     subtract,
 )
-from ._plan import result_shape  # noqa: E402
-from ._scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
-from ._threading import threading_layer  # noqa: E402
 
 __version__ = "0.1.0"
 

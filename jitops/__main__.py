@@ -65,11 +65,12 @@ def _info() -> int:
     import numba
 
     import jitops
-    from jitops import _cache, _cpu, _device, _threading
+    from jitops.core import device
+    from jitops.cpu import cache, kernels, parallel
 
     jitops.add(np.ones(1 << 17), 1.0)  # run a parallel kernel so the layer is the real one
-    th = _threading.info()
-    why = _device.cuda_unavailable_reason()
+    th = parallel.info()
+    why = device.cuda_unavailable_reason()
     rows = [
         ("jitops", jitops.__version__), ("python", platform.python_version()),
         ("numpy", np.__version__), ("numba", numba.__version__),
@@ -79,7 +80,7 @@ def _info() -> int:
         ("tbb library", th["tbb_path"] or "not found"),
         ("openmp loaded", ", ".join(th["openmp_runtimes"]) or "none"),
         ("cuda", "available" if why is None else f"not available: {why}"),
-        ("kernel cache", _cache.location(_cpu._kernel_serial) or "off"),
+        ("kernel cache", cache.location(kernels.KERNELS["serial"]) or "off"),
     ]
     for k, v in rows:
         print(f"{k:>16}: {v}")
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("info", help="versions, threading layer, threads, CUDA, cache location")
     sub.add_parser("demo", help="the seed documents' examples with their results")
     sub.add_parser("bench", add_help=False,
-                   help="run the benchmark suite (benchmarks/run.py; bench --help for options)")
+                   help="run the benchmark suite (jitops.bench; bench --help for options)")
     a, rest = p.parse_known_args(argv)
     if a.cmd != "bench" and rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -101,17 +102,9 @@ def main(argv: list[str] | None = None) -> int:
         return _demo()
     if a.cmd == "info":
         return _info()
-    import os
-    import runpy
+    from jitops.bench.run import main as bench
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    script = os.path.join(here, "benchmarks", "run.py")
-    if not os.path.exists(script):
-        print("benchmarks/run.py not found: run from a source checkout", file=sys.stderr)
-        return 2
-    sys.argv = [script, *rest]
-    runpy.run_path(script, run_name="__main__")
-    return 0
+    return bench(rest)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import pytest
 # statistics of the op-specific code printed: "<hits> <misses>".
 CALL = """
 import numpy as np, jitops
-from jitops import _cpu
+from jitops.cpu import kernels as _cpu
 x = np.arange(12, dtype=np.float32).reshape(3, 4)
 r = jitops.multiply(x, np.float32(-2), act="softplus")
 exp = np.logaddexp(0, (x * -2).astype(np.float64)).astype(np.float32)
@@ -37,8 +37,8 @@ def _run(cache_dir, prelude: str = "", **env) -> tuple[int, int]:
 
 def _task_files(d) -> tuple[str, list[str]]:
     names = sorted(os.listdir(d))
-    index = [n for n in names if n.startswith("_cpu._task") and n.endswith(".nbi")]
-    data = [n for n in names if n.startswith("_cpu._task") and n.endswith(".nbc")]
+    index = [n for n in names if n.startswith("kernels._task") and n.endswith(".nbi")]
+    data = [n for n in names if n.startswith("kernels._task") and n.endswith(".nbc")]
     assert len(index) == 1 and data, names
     return index[0], data
 

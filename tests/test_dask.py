@@ -91,17 +91,17 @@ def test_errors_are_raised_at_call_time(rng):
 
 
 def test_chunks_run_jitops_kernels(rng, monkeypatch):
-    from jitops import _dask
+    from jitops import dispatch
 
     calls = []
-    real = _dask._chunk
+    real = dispatch.chunk
 
     def spy(*args):
         if np.size(args[3]):  # Dask also calls it once on empty "meta" arrays, for the type
             calls.append(args[0])
         return real(*args)
 
-    monkeypatch.setattr(_dask, "_chunk", spy)
+    monkeypatch.setattr(dispatch, "chunk", spy)
     x, y, dx, dy = _pair(rng, (8, 9), (9,), (4, 3), 3)
     r = jitops.maximum(dx, dy)
     assert calls == []  # lazy
@@ -124,7 +124,7 @@ def test_dask_is_never_imported_by_jitops():
 
 def _kernels_used() -> bool:
     """On a worker: jitops was imported there and launched kernels (its fast-path cache)."""
-    api = sys.modules.get("jitops._api")
+    api = sys.modules.get("jitops.dispatch")
     return api is not None and len(api._FAST) > 0
 
 

@@ -10,22 +10,30 @@ import numpy as np
 import pytest
 
 import jitops
-from jitops import _api, _config, _cpu
-from jitops._plan import TILED, make_plan
+from jitops import dispatch
+from jitops.core import config as _config
+from jitops.core.pipeline import byte_extent
+from jitops.core.plan import TILED, make_plan
+from jitops.cpu import backend
+from jitops.cpu import kernels as _cpu
+
+
+def _addr(a):
+    return a.__array_interface__["data"][0]
 
 
 def test_a_repeat_is_served_from_the_fast_path(rng):
     x, y = rng.random((5, 7)), rng.random(7)
     out = np.empty((5, 7))
-    _api._FAST.clear()
+    dispatch._FAST.clear()
     jitops.subtract(x, y, out=out)
-    assert len(_api._FAST) == 1
-    launch = next(iter(_api._FAST.values()))
+    assert len(dispatch._FAST) == 1
+    launch = next(iter(dispatch._FAST.values()))
     x2, y2 = rng.random((5, 7)), rng.random(7)
     r = jitops.subtract(x2, y2, out=out)
-    assert r is out and len(_api._FAST) == 1
+    assert r is out and len(dispatch._FAST) == 1
     np.testing.assert_array_equal(out, x2 - y2)
-    assert next(iter(_api._FAST.values())) is launch
+    assert next(iter(dispatch._FAST.values())) is launch
     # new outputs too, with the layout a new output gets (order="K")
     f = np.asfortranarray(rng.random((6, 9)))
     for _ in range(2):
@@ -85,12 +93,12 @@ def test_fast_path_keys_do_not_confuse_options(rng):
 def test_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
     x, y = rng.random((4, 6)), rng.random((4, 6))
     out = np.zeros((4, 6))
-    plan = make_plan(x.shape, (6, 1), y.shape, (6, 1), "numpy")
+    plan = make_plan((x.shape, y.shape), ((6, 1), (6, 1)), "numpy")
     meta = _cpu.build_meta(plan, (8, 8, 8), data_offset=-1)
-    spec = jitops._spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
-    entry = _api._entry_point(_cpu._kernel_serial)
-    status = entry(_cpu.task_address(spec), _api._addr(out), _api._addr(x), _api._addr(y),
-                   _api._addr(meta))
+    spec = jitops.cpu.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
+    entry = backend.entry_point(_cpu.KERNELS["serial"])
+    status = entry(_cpu.task_address(spec), _addr(out), _addr(x), _addr(y),
+                   _addr(meta))
     assert status == _cpu.OK
     np.testing.assert_array_equal(out, x - y)
 
@@ -99,13 +107,13 @@ def test_kernel_refuses_overlap_without_writing(rng):
     buf = rng.random(12)
     before = buf.copy()
     x, out = buf[:10], buf[2:]
-    plan = make_plan((10,), (1,), (10,), (1,), "numpy", -1, (1,))
-    ext = tuple(_cpu.extent(a.shape, a.strides, 8) for a in (out, x, x))
+    plan = make_plan(((10,), (10,)), ((1,), (1,)), "numpy", -1, (1,))
+    ext = tuple(byte_extent(0, a.shape, a.strides, 8) for a in (out, x, x))
     meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True))
-    spec = jitops._spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
-    entry = _api._entry_point(_cpu._kernel_serial)
-    assert entry(_cpu.task_address(spec), _api._ref(out), _api._ref(x), _api._ref(x),
-                 _api._addr(meta)) == _cpu.OVERLAP
+    spec = jitops.cpu.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
+    entry = backend.entry_point(_cpu.KERNELS["serial"])
+    assert entry(_cpu.task_address(spec), backend.ref(out), backend.ref(x), backend.ref(x),
+                 _addr(meta)) == _cpu.OVERLAP
     np.testing.assert_array_equal(buf, before)
 
 
@@ -124,8 +132,8 @@ TRANSPOSED = [  # (x's base shape, view of it), (y's base shape, view of it)
 def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
     x = fx((rng.standard_normal(xs) * 9).astype(dtype))
     y = fy((rng.standard_normal(ys) * 9).astype(dtype))
-    plan = make_plan(x.shape, tuple(s // x.itemsize for s in x.strides), y.shape,
-                     tuple(s // y.itemsize for s in y.strides), "numpy")
+    plan = make_plan((x.shape, y.shape), (tuple(s // x.itemsize for s in x.strides),
+                                          tuple(s // y.itemsize for s in y.strides)), "numpy")
     assert plan.variant == TILED
     np.testing.assert_array_equal(jitops.subtract(x, y), x - y)
     out = np.zeros(x.shape, x.dtype)
@@ -138,13 +146,13 @@ def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
 @pytest.mark.parametrize("tile", [(1, 1), (3, 5), (64, 8)])
 def test_tiled_any_tile_shape(tile, rng, monkeypatch):
     monkeypatch.setattr(_config, "TILE", tile)
-    _api._FAST.clear()
-    _api._launch.cache_clear()
+    dispatch._FAST.clear()
+    backend.clear_launches()
     x = rng.random((90, 77)).astype(np.float32)
     y = rng.random((77, 90)).astype(np.float32)
     np.testing.assert_array_equal(jitops.subtract(x.T, y), x.T - y)
-    _api._FAST.clear()
-    _api._launch.cache_clear()
+    dispatch._FAST.clear()
+    backend.clear_launches()
 
 
 def test_tiled_in_place_over_its_own_transpose(rng):
@@ -167,19 +175,19 @@ def test_one_driver_signature_for_every_op_and_dtype(rng):
             np.testing.assert_array_equal(getattr(jitops, op)(a[:100], a[:100]),
                                           getattr(np, op)(a[:100], a[:100]))
             np.testing.assert_array_equal(getattr(jitops, op)(a, a), getattr(np, op)(a, a))
-    assert len(_cpu._kernel_serial.signatures) == 1
-    assert len(_cpu._kernel_parallel.signatures) == 1
+    assert len(_cpu.KERNELS["serial"].signatures) == 1
+    assert len(_cpu.KERNELS["parallel"].signatures) == 1
     assert len(_cpu._task.signatures) >= 8
 
 
 def test_weak_scalars_repeat_through_the_fast_path(rng):
     x = (rng.standard_normal(20) * 50).astype(np.int16)
     out = np.empty(20, np.int16)
-    _api._FAST.clear()
+    dispatch._FAST.clear()
     for v in (3, -7, 0, 32767):  # one cache entry serves every value of the same type
         np.testing.assert_array_equal(jitops.add(x, v, out=out), np.add(x, v, out=np.empty_like(x)))
         np.testing.assert_array_equal(jitops.subtract(v, x), np.subtract(v, x))
-    assert len(_api._FAST) == 2
+    assert len(dispatch._FAST) == 2
     with pytest.raises(OverflowError, match="out of bounds for int16"):  # still refused
         jitops.add(x, 40000, out=out)
     f = rng.random(5).astype(np.float32)

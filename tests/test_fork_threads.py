@@ -173,7 +173,7 @@ def test_import_changes_no_numba_setting():
 
 def test_default_layer_is_numbas_own_choice_with_pips_tbb():
     """Numba's default priority puts tbb first; jitops only makes pip's TBB loadable."""
-    code = "import jitops; from jitops import _threading as t; i = t.info(); " \
+    code = "import jitops; from jitops.cpu import parallel as t; i = t.info(); " \
            "print(i['threading_layer'], i['parallel'], i['tbb_loaded'])"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
@@ -194,7 +194,7 @@ def test_omp_after_a_foreign_openmp_runtime_runs_serial_kernels():
             print("no-libgomp"); raise SystemExit
         ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
         import jitops
-        from jitops import _threading as t
+        from jitops.cpu import parallel as t
         x = np.arange(1_000_000, dtype=np.float64)
         assert np.array_equal(jitops.add(x, 1.0), x + 1.0)
         i = t.info()

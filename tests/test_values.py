@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jitops
-from jitops import _config
+from jitops.core import config as _config
 
 from .helpers import DTYPES, OPS, REAL_ONLY, valid
 
@@ -434,7 +434,8 @@ def test_an_error_inside_a_compiled_task_reaches_the_caller(tmp_path):
     registered in a subprocess with the cache off, so it never lands in the kernel cache."""
     code = textwrap.dedent("""
         import numpy as np, jitops
-        from jitops import _api, _scalar
+        from jitops import dispatch
+        from jitops.core import scalar as _scalar
 
         def picky(a, b, T):
             if b == 13:
@@ -444,10 +445,10 @@ def test_an_error_inside_a_compiled_task_reaches_the_caller(tmp_path):
         _scalar.OPS["picky"] = picky
         for n in (100, 300_000):
             y = np.ones(n)
-            assert np.array_equal(_api.binary("picky", "picky", np.ones(n), y), np.full(n, 2.0))
+            assert np.array_equal(dispatch.call_op("picky", "picky", np.ones(n), y), np.full(n, 2.0))
             y[n // 3] = 13
             try:
-                _api.binary("picky", "picky", np.ones(n), y)
+                dispatch.call_op("picky", "picky", np.ones(n), y)
             except RuntimeError as e:
                 assert "raised" in str(e), e
             else:

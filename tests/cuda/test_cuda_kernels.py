@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import jitops
-from jitops._device import cuda_unavailable_reason
+from jitops.core.device import cuda_unavailable_reason
 
 if cuda_unavailable_reason() is not None:
     pytest.skip("neither a GPU nor the CUDA simulator is available", allow_module_level=True)

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ctypes
 import platform
+from types import FunctionType
 
 import numpy as np
 from llvmlite import ir
@@ -39,11 +40,17 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from . import _cache, _config, _threading
-from ._plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from ._spec import _as_pointer, element, pointers
+from ..core import config
+from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
+from . import cache, parallel
+from .spec import as_pointer, element, pointers
 
-VARIANT_CODES = {CONTIG: 0, SCALAR_X: 1, SCALAR_Y: 2, STRIDED: 3, TILED: 4}
+#: The plan's inner-loop variants as the kernels see them (compile-time constants).
+V_CONTIG, V_SCALAR_X, V_SCALAR_Y, V_STRIDED, V_TILED = 0, 1, 2, 3, 4
+VARIANT_CODES = {CONTIG: V_CONTIG, SCALAR_X: V_SCALAR_X, SCALAR_Y: V_SCALAR_Y,
+                 STRIDED: V_STRIDED, TILED: V_TILED}
+#: Operand positions in the meta array's stride blocks and in the per-operand header fields.
+OUT, X, Y = 0, 1, 2
 
 #: Kernel return codes. MISALIGNED and OVERLAP: a check failed and nothing was written.
 #: TASK_FAILED: some task's compiled code returned an error status (an exception inside the
@@ -54,7 +61,8 @@ OK, MISALIGNED, OVERLAP, TASK_FAILED = 0, 1, 2, 3
 #: odometer, which lives on that task's own stack.
 MAX_DIMS = 64
 
-# meta layout (int64): a fixed header, then shape, out/x/y strides (nd each)
+# meta layout (int64): a fixed header, then the shape and the out, x, y strides (nd words each),
+# read only through _dim and _stride below
 M_ND, M_VARIANT, M_BLOCK, M_NTASKS, M_ROWS_PER_TASK, M_NBLK, M_ROWS = 0, 1, 2, 3, 4, 5, 6
 M_OFF_O, M_OFF_X, M_OFF_Y = 7, 8, 9
 M_DATA_OFF = 10  # offset of the data pointer in an ndarray object, or -1: addresses given
@@ -67,6 +75,18 @@ HDR = 27
 
 _JIT = {"nogil": True, "error_model": "numpy"}
 _I64 = types.int64
+
+
+@njit(**_JIT)
+def _dim(meta, d):
+    """Size of iteration dim ``d`` (slowest first)."""
+    return meta[HDR + d]
+
+
+@njit(**_JIT)
+def _stride(meta, nd, k, d):
+    """Element stride of operand ``k`` (OUT, X or Y) along iteration dim ``d``."""
+    return meta[HDR + (1 + k) * nd + d]
 
 
 def _verified_data_offset() -> int:
@@ -91,14 +111,14 @@ DATA_OFFSET = _verified_data_offset()
 
 @njit(**_JIT)
 def _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy):
-    if var == 0:
+    if var == V_CONTIG:
         for j in range(n):
             o[oo + j] = element(spec, x[xo + j], y[yo + j])
-    elif var == 1:
+    elif var == V_SCALAR_X:
         a = x[xo]
         for j in range(n):
             o[oo + j] = element(spec, a, y[yo + j])
-    elif var == 2:
+    elif var == V_SCALAR_Y:
         b = y[yo]
         for j in range(n):
             o[oo + j] = element(spec, x[xo + j], b)
@@ -111,13 +131,13 @@ def _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy):
 def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
     """Offsets of outer row ``r`` over dims ``0 .. ndims - 1``; fills the odometer ``idx``."""
     for d in range(ndims - 1, -1, -1):
-        n = meta[HDR + d]
+        n = _dim(meta, d)
         i = r % n
         r //= n
         idx[d] = i
-        oo += i * meta[HDR + nd + d]
-        xo += i * meta[HDR + 2 * nd + d]
-        yo += i * meta[HDR + 3 * nd + d]
+        oo += i * _stride(meta, nd, OUT, d)
+        xo += i * _stride(meta, nd, X, d)
+        yo += i * _stride(meta, nd, Y, d)
     return oo, xo, yo
 
 
@@ -149,34 +169,35 @@ def _task(spec, po, px, py, pmeta, t):
     an error status instead, which the drivers collect (see :func:`_call_task`).
     """
     o, x, y = pointers(spec, po, px, py)
-    meta = _as_pointer(pmeta, _I64)
+    meta = as_pointer(pmeta, _I64)
     idx = _stack_odometer()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
-    so = meta[HDR + 2 * nd - 1]
-    sx = meta[HDR + 3 * nd - 1]
-    sy = meta[HDR + 4 * nd - 1]
-    if var == 4:  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
+    so = _stride(meta, nd, OUT, nd - 1)
+    sx = _stride(meta, nd, X, nd - 1)
+    sy = _stride(meta, nd, Y, nd - 1)
+    # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
+    so0, sx0, sy0 = (_stride(meta, nd, OUT, nd - 2), _stride(meta, nd, X, nd - 2),
+                     _stride(meta, nd, Y, nd - 2))
+    if var == V_TILED:  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
         nti, ntj = meta[M_NTI], meta[M_NTJ]
         per = nti * ntj
         r = t // per
         ti = (t - r * per) // ntj
         tj = t - r * per - ti * ntj
         i0 = ti * meta[M_TILE_I]
-        nrows = min(i0 + meta[M_TILE_I], meta[HDR + nd - 2]) - i0
+        nrows = min(i0 + meta[M_TILE_I], _dim(meta, nd - 2)) - i0
         j0 = tj * meta[M_TILE_J]
-        n = min(j0 + meta[M_TILE_J], meta[HDR + nd - 1]) - j0
+        n = min(j0 + meta[M_TILE_J], _dim(meta, nd - 1)) - j0
         oo, xo, yo = _unravel(meta, nd, nd - 2, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
                               idx)
-        # rows of the tile step along dim nd-2: walk them as a 2-d odometer would
-        so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
         oo += i0 * so0 + j0 * so
         xo += i0 * sx0 + j0 * sx
         yo += i0 * sy0 + j0 * sy
-        var = 3
+        var = V_STRIDED
         step_dims = 1
     else:
-        inner = meta[HDR + nd - 1]
+        inner = _dim(meta, nd - 1)
         nblk = meta[M_NBLK]
         if nblk > 1:  # a block of one long row
             r0 = t // nblk
@@ -193,7 +214,6 @@ def _task(spec, po, px, py, pmeta, t):
         yo = meta[M_OFF_Y] + j0 * sy
         # Unravel the first row once (div/mod), then walk rows with an odometer.
         oo, xo, yo = _unravel(meta, nd, nd - 1, r0, oo, xo, yo, idx)
-        so0, sx0, sy0 = meta[HDR + 2 * nd - 2], meta[HDR + 3 * nd - 2], meta[HDR + 4 * nd - 2]
         step_dims = nd - 1
     for _ in range(nrows):
         _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy)
@@ -204,16 +224,16 @@ def _task(spec, po, px, py, pmeta, t):
             continue
         for d in range(nd - 2, -1, -1):
             idx[d] += 1
-            oo += meta[HDR + nd + d]
-            xo += meta[HDR + 2 * nd + d]
-            yo += meta[HDR + 3 * nd + d]
-            if idx[d] < meta[HDR + d]:
+            oo += _stride(meta, nd, OUT, d)
+            xo += _stride(meta, nd, X, d)
+            yo += _stride(meta, nd, Y, d)
+            if idx[d] < _dim(meta, d):
                 break
-            m = meta[HDR + d]
+            m = _dim(meta, d)
             idx[d] = 0
-            oo -= m * meta[HDR + nd + d]
-            xo -= m * meta[HDR + 2 * nd + d]
-            yo -= m * meta[HDR + 3 * nd + d]
+            oo -= m * _stride(meta, nd, OUT, d)
+            xo -= m * _stride(meta, nd, X, d)
+            yo -= m * _stride(meta, nd, Y, d)
     return 0
 
 
@@ -225,12 +245,12 @@ def _overlaps(meta, pa, a, pb, b):
 @njit(**_JIT)
 def _resolve(oo, ox, oy, pmeta):
     """(status, out, x, y data addresses): the checks every launch makes before writing."""
-    meta = _as_pointer(pmeta, _I64)
+    meta = as_pointer(pmeta, _I64)
     off = meta[M_DATA_OFF]
     if off >= 0:
-        po = _as_pointer(oo + off, _I64)[0]
-        px = _as_pointer(ox + off, _I64)[0]
-        py = _as_pointer(oy + off, _I64)[0]
+        po = as_pointer(oo + off, _I64)[0]
+        px = as_pointer(ox + off, _I64)[0]
+        py = as_pointer(oy + off, _I64)[0]
     else:
         po, px, py = oo, ox, oy
     if po % meta[M_ALIGN] or px % meta[M_ALIGN + 1] or py % meta[M_ALIGN + 2]:
@@ -271,33 +291,36 @@ def _call_task(typingctx, task, po, px, py, pmeta, t):
     return sig, codegen
 
 
-@njit(parallel=True, **_JIT)
-def _kernel_parallel(task, oo, ox, oy, pmeta):
+def _drive(task, oo, ox, oy, pmeta):
+    """Check the call (:func:`_resolve`), then run all its tasks; a status, never a silent
+    failure. ``prange`` runs the tasks in parallel where this is compiled with
+    ``parallel=True`` and is a plain loop elsewhere, so both drivers below are this code."""
     status, po, px, py = _resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
-    meta = _as_pointer(pmeta, _I64)
+    meta = as_pointer(pmeta, _I64)
     failed = 0
     for t in prange(meta[M_NTASKS]):
         failed += _call_task(task, po, px, py, pmeta, t)
     return TASK_FAILED if failed else OK
 
 
-@njit(**_JIT)
-def _kernel_serial(task, oo, ox, oy, pmeta):
-    status, po, px, py = _resolve(oo, ox, oy, pmeta)
-    if status != OK:
-        return status
-    meta = _as_pointer(pmeta, _I64)
-    failed = 0
-    for t in range(meta[M_NTASKS]):
-        failed += _call_task(task, po, px, py, pmeta, t)
-    return TASK_FAILED if failed else OK
+def _driver(name: str, parallel: bool):
+    """:func:`_drive` compiled as its own function ``name`` (its own name, so each driver has
+    its own entries in the on-disk cache)."""
+    code = _drive.__code__.replace(co_name=name, co_qualname=name)
+    fn = FunctionType(code, _drive.__globals__, name)
+    fn.__qualname__, fn.__doc__ = name, _drive.__doc__
+    return njit(parallel=parallel, **_JIT)(fn)
+
+
+_kernel_parallel = _driver("_kernel_parallel", parallel=True)
+_kernel_serial = _driver("_kernel_serial", parallel=False)
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "task": _task}
-#: Whether each kernel has the on-disk cache (JITOPS_CACHE=0 or no writable directory: off).
-CACHED = {name: _cache.enable(k) for name, k in KERNELS.items()}
+for _k in KERNELS.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
+    cache.enable(_k)
 
 _TASKS: dict = {}
 
@@ -313,19 +336,6 @@ def task_address(spec) -> int:
     return addr
 
 
-def extent(shape: tuple[int, ...], byte_strides: tuple[int, ...], itemsize: int) -> tuple[int, int]:
-    """Byte range ``[lo, hi)`` an array spans, relative to its data pointer (``np.byte_bounds``)."""
-    lo = hi = 0
-    for n, s in zip(shape, byte_strides):
-        if n == 0:
-            return 0, 0
-        if s < 0:
-            lo += (n - 1) * s
-        else:
-            hi += (n - 1) * s
-    return lo, hi + itemsize
-
-
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
                data_offset: int | None = None, block: int | None = None,
                tile: tuple[int, int] | None = None) -> np.ndarray:
@@ -336,12 +346,12 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
     """
     if block is None:
-        block = _config.BLOCK
-        if plan.size >= _config.PARALLEL_THRESHOLD:
+        block = config.BLOCK
+        if plan.size >= config.PARALLEL_THRESHOLD:
             # big tasks amortise their setup; but keep at least ~4 per thread for balance
-            per_thread = -(-plan.size // (4 * _threading.num_threads()))
-            block = min(_config.BLOCK, max(_config.BLOCK_MIN, per_thread))
-    ti, tj = tile or _config.TILE
+            per_thread = -(-plan.size // (4 * parallel.num_threads()))
+            block = min(config.BLOCK, max(config.BLOCK_MIN, per_thread))
+    ti, tj = tile or config.TILE
     shape = plan.iter_shape
     nd = len(shape)
     if nd > MAX_DIMS:  # NumPy itself stops at 64 dims; the task odometers hold that many

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ._scalar import WIDE_ACTS
+from .scalar import WIDE_ACTS
 
 #: Every dtype jitops computes on (SPEC section 2).
 SUPPORTED = tuple(
@@ -142,10 +142,7 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
     true division of integers or bools gives float64; bool subtract and complex min/max are
     TypeErrors, as in NumPy (which has no complex ``fmin`` loop in this library's contract).
     """
-    try:
-        common = np.result_type(xv, yv)
-    except TypeError as e:  # e.g. no common dtype
-        raise TypeError(f"jitops.{fname}: cannot promote operand dtypes: {e}") from None
+    common = np.result_type(xv, yv)  # every pair of supported dtypes promotes (SPEC 2)
     result = common
     if op == "divide" and common.kind in "biu":
         result = np.dtype(np.float64)

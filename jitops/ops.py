@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from ._api import binary
-from ._scalar import ACT_NAMES
+from .core.scalar import ACT_NAMES
+from .dispatch import call_op
 
 _MATH = {
     "add": ("x + y", "Integers wrap on overflow; bool + bool is logical or."),
@@ -75,7 +75,7 @@ Examples
 
 def _make(op: str):
     def fn(x, y, *, broadcast="numpy", axis=-1, act=None, out=None, device=None):
-        return binary(op, op, x, y, broadcast, axis, act, out, device)
+        return call_op(op, op, x, y, broadcast, axis, act, out, device)
 
     fn.__name__ = fn.__qualname__ = op
     fn.__module__ = "jitops"
@@ -94,12 +94,6 @@ fmax = _make("fmax")
 fmin = _make("fmin")
 
 # -- Paddle-style names -------------------------------------------------------------------------
-_PADDLE = {
-    "elementwise_add": "add", "elementwise_sub": "subtract", "elementwise_mul": "multiply",
-    "elementwise_div": "trunc_divide", "elementwise_max": "maximum",
-    "elementwise_min": "minimum", "elementwise_fmax": "fmax", "elementwise_fmin": "fmin",
-}
-
 _PDOC = """Paddle's ``{pname}(x, y, axis=-1, act=None, name=None)``: :func:`jitops.{op}` with
 ``broadcast="pdpd"``.
 
@@ -149,7 +143,7 @@ _EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]",
 
 def _make_paddle(pname: str, op: str):
     def fn(x, y, axis=-1, act=None, name=None, *, broadcast="pdpd", out=None, device=None):
-        return binary(op, pname, x, y, broadcast, axis, act, out, device)
+        return call_op(op, pname, x, y, broadcast, axis, act, out, device)
 
     fn.__name__ = fn.__qualname__ = pname
     fn.__module__ = "jitops"
@@ -171,8 +165,3 @@ elementwise_max = _make_paddle("elementwise_max", "maximum")
 elementwise_min = _make_paddle("elementwise_min", "minimum")
 elementwise_fmax = _make_paddle("elementwise_fmax", "fmax")
 elementwise_fmin = _make_paddle("elementwise_fmin", "fmin")
-
-OPS = {f.__name__: f for f in (add, subtract, multiply, divide, maximum, minimum, fmax, fmin)}
-PADDLE_OPS = {f.__name__: f for f in (
-    elementwise_add, elementwise_sub, elementwise_mul, elementwise_div, elementwise_max,
-    elementwise_min, elementwise_fmax, elementwise_fmin)}

@@ -10,7 +10,8 @@ exhaustively, without compiling anything. The steps and their names follow PyTor
     coalesce   -> merge adjacent dims every operand can walk as one (TensorIterator/nditer)
     classify   -> the named inner-loop variant the kernels run
 
-Operand order everywhere is ``(out, x, y)``. Strides are in *elements*, not bytes.
+Operands are ``(out, *inputs)`` for any number of inputs: the built-in ops have two, a user
+op (``jitops.elementwise``) one or more. Strides are in *elements*, not bytes.
 Iteration shapes are listed slowest-first (C order), so the innermost loop is the last dim.
 """
 
@@ -31,7 +32,6 @@ MODES = ("none", "numpy", "pdpd")
 #: inner dim reuses each cache line it loads instead of touching a new line (and, with power-of-2
 #: strides, the same cache set) for every element.
 CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED = "contig", "scalar_x", "scalar_y", "strided", "tiled"
-VARIANTS = (CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED)
 
 #: Tiles only pay when both tiled dims span several tiles; below this the strided rows are fine.
 TILE_MIN = 64
@@ -53,7 +53,7 @@ def _fmt(shape: Shape) -> str:
     return "(" + ",".join(str(n) for n in shape) + ")"
 
 
-def _check_axis_type(axis: object) -> int:
+def check_axis_type(axis: object) -> int:
     # bool is an int subclass, but axis=True is almost certainly a mistake.
     if isinstance(axis, bool) or not hasattr(axis, "__index__"):
         raise TypeError(f"axis must be an integer, got {type(axis).__name__} {axis!r}")
@@ -64,105 +64,130 @@ def _check_axis_type(axis: object) -> int:
 # align: the three broadcasting conventions -> output shape + per-operand dim maps
 # --------------------------------------------------------------------------------------------
 
-def _merge(px: Shape, py: Shape) -> tuple[Shape, int | None]:
-    """Broadcast two shapes of equal rank dim by dim: each dim equal, or one side 1 (1 vs 0
-    gives 0). Returns ``(shape, None)``, or ``((), i)`` for the first dim ``i`` that fails."""
+def _names(n: int) -> list[str]:
+    """How errors call the operands: X and Y for the binary ops, else by position."""
+    return ["X", "Y"] if n == 2 else [f"operand {i}" for i in range(n)]
+
+
+def _merge(frames: list[Shape]) -> tuple[Shape, tuple[int, int, int] | None]:
+    """Broadcast shapes of equal rank dim by dim: each dim equal, or 1 (1 vs 0 gives 0).
+
+    Returns ``(shape, None)``, or ``((), (dim, i, j))`` for the first dim where operands ``i``
+    and ``j`` disagree."""
     out = []
-    for i, (p, q) in enumerate(zip(px, py)):
-        if p == q or q == 1:
-            out.append(p)
-        elif p == 1:
-            out.append(q)
-        else:
-            return (), i
+    for d in range(len(frames[0])):
+        n, owner = 1, 0
+        for i, f in enumerate(frames):
+            if f[d] == 1:
+                continue
+            if n == 1:
+                n, owner = f[d], i
+            elif f[d] != n:
+                return (), (d, owner, i)
+        out.append(n)
     return tuple(out), None
 
 
-def _numpy_shape(xs: Shape, ys: Shape) -> Shape:
-    n = max(len(xs), len(ys))
-    out, bad = _merge((1,) * (n - len(xs)) + tuple(xs), (1,) * (n - len(ys)) + tuple(ys))
+def _numpy_frames(shapes: list[Shape]) -> tuple[Shape, list[Shape]]:
+    n = max(len(s) for s in shapes)
+    frames = [_pad(s, n) for s in shapes]
+    out, bad = _merge(frames)
     if bad is not None:
-        raise ValueError(
-            f"operands could not be broadcast together with shapes {_fmt(xs)} {_fmt(ys)} "
-        )
-    return out
+        raise ValueError("operands could not be broadcast together with shapes "
+                         + "".join(f"{_fmt(s)} " for s in shapes))
+    return out, frames
 
 
-def _pdpd_frame(xs: Shape, ys: Shape, axis: int) -> tuple[Shape, Shape, Shape]:
-    """PaddlePaddle's real ``axis`` rule (``ElementwiseRawInferMeta``, paddlepaddle 3.3.1).
+def _pdpd_frames(shapes: list[Shape], axis: int) -> tuple[Shape, list[Shape]]:
+    """PaddlePaddle's real ``axis`` rule (``ElementwiseRawInferMeta``, paddlepaddle 3.3.1),
+    for any number of operands (SPEC 1.1): every operand of lower rank than the largest is
+    laid onto the largest at ``axis``; with two operands of equal rank, the second.
 
-    Returns ``(out_shape, x_padded, y_padded)``: both operands written in the output frame
-    (same rank, 1s where they have no dim), so the per-dim check and the strides are NumPy's.
+    Returns ``(out_shape, frames)``: every operand written in the output frame (same rank, 1s
+    where it has no dim), so the per-dim check and the strides are NumPy's.
     """
-    if xs == ys:  # equal shapes: Paddle does not even look at axis
-        return xs, xs, ys
-    rx, ry = len(xs), len(ys)
-    m = max(rx, ry)
-    if rx == ry and axis not in (-1, 0):
+    if all(s == shapes[0] for s in shapes):  # equal shapes: Paddle does not even look at axis
+        return shapes[0], list(shapes)
+    names = _names(len(shapes))
+    ranks = [len(s) for s in shapes]
+    m = max(ranks)
+    desc = " and ".join(f"{nm} shape {_fmt(s)}" for nm, s in zip(names, shapes))
+    if all(r == m for r in ranks) and axis not in (-1, 0):
+        what = "X and Y have" if len(shapes) == 2 else "all operands have"
         raise ValueError(
-            f"pdpd broadcast: axis must be -1 or 0 when X and Y have the same rank ({rx}), "
-            f"got axis={axis} (X shape {_fmt(xs)}, Y shape {_fmt(ys)})"
+            f"pdpd broadcast: axis must be -1 or 0 when {what} the same rank ({m}), "
+            f"got axis={axis} ({desc.replace(' and ', ', ') if len(shapes) == 2 else desc})"
         )
     if not (-1 <= axis < m):
+        raise ValueError(f"pdpd broadcast: axis={axis} is out of range [-1, {m}) for {desc}")
+    big = ranks.index(m)  # the frame: the first operand of the largest rank
+    frames: list[Shape] = []
+    placed_at = [0] * len(shapes)
+    for i, s in enumerate(shapes):
+        if ranks[i] == m:  # equal ranks: Y is "placed" at 0, which changes nothing
+            frames.append(tuple(s))
+            continue
+        a = placed_at[i] = m - ranks[i] if axis == -1 else axis
+        # Trailing 1s of the small operand may run past the end of the big frame (Paddle
+        # accepts Y(5,1) with axis 3 against a 4-d X); they broadcast against anything.
+        trimmed = tuple(s)
+        while trimmed and a + len(trimmed) > m and trimmed[-1] == 1:
+            trimmed = trimmed[:-1]
+        if a + len(trimmed) > m:
+            spill = m - a
+            raise ValueError(
+                f"pdpd broadcast: {desc} are incompatible with axis={a}: {names[i]} placed at "
+                f"dim {a} of {names[big]}'s {m} dims leaves dim {spill} of {names[i]} "
+                f"(size {trimmed[spill]}) outside the frame"
+            )
+        frames.append((1,) * a + trimmed + (1,) * (m - a - len(trimmed)))
+    out, bad = _merge(frames)
+    if bad is not None:
+        d, i, j = bad
+        small = j if j != big else i
         raise ValueError(
-            f"pdpd broadcast: axis={axis} is out of range [-1, {m}) for X shape {_fmt(xs)} "
-            f"and Y shape {_fmt(ys)}"
+            f"pdpd broadcast: {desc} are incompatible with axis={placed_at[small]}: "
+            f"{names[small]} is laid onto {names[big]} as {_fmt(frames[small])}, and at dim {d} "
+            f"{names[i]} has {frames[i][d]} but {names[j]} has {frames[j][d]} (each dim must be "
+            "equal or 1)"
         )
-    a = abs(rx - ry) if axis == -1 else axis
-    # The lower-rank operand is the one placed at `a` (Y when the ranks are equal).
-    small_is_x = rx < ry
-    big, small = (ys, xs) if small_is_x else (xs, ys)
-    sname, bname = ("X", "Y") if small_is_x else ("Y", "X")
-    # Trailing 1s of the small operand may run past the end of the big frame (Paddle accepts
-    # Y(5,1) with axis 3 against a 4-d X); they broadcast against anything, so drop them.
-    trimmed = tuple(small)
-    while len(trimmed) > 0 and a + len(trimmed) > len(big) and trimmed[-1] == 1:
-        trimmed = trimmed[:-1]
-    if a + len(trimmed) > len(big):
-        spill = len(big) - a
-        raise ValueError(
-            f"pdpd broadcast: X shape {_fmt(xs)} and Y shape {_fmt(ys)} are incompatible with "
-            f"axis={a}: {sname} placed at dim {a} of {bname}'s {len(big)} dims leaves dim {spill} "
-            f"of {sname} (size {trimmed[spill]}) outside the frame"
-        )
-    placed = (1,) * a + trimmed + (1,) * (len(big) - a - len(trimmed))
-    px, py = (placed, tuple(big)) if small_is_x else (tuple(big), placed)
-    out, i = _merge(px, py)
-    if i is not None:
-        raise ValueError(
-            f"pdpd broadcast: X shape {_fmt(xs)} and Y shape {_fmt(ys)} are incompatible with "
-            f"axis={a}: {sname} is laid onto {bname} as {_fmt(placed)}, and at dim {i} "
-            f"X has {px[i]} but Y has {py[i]} (each dim must be equal or 1)"
-        )
-    return out, px, py
+    return out, frames
 
 
 def _pad(shape: Shape, n: int) -> Shape:
     return (1,) * (n - len(shape)) + tuple(shape)
 
 
-def align(xs: Shape, ys: Shape, mode: str, axis: int = -1) -> tuple[Shape, Shape, Shape]:
-    """Broadcast two shapes under ``mode``.
+def align_all(shapes, mode: str, axis: int = -1) -> tuple[Shape, list[Shape]]:
+    """Broadcast any number of shapes under ``mode``.
 
-    Returns ``(out_shape, x_frame, y_frame)`` where the frames are each operand's shape written
-    in the output's rank (size-1 dims inserted where the operand has none), so that every dim is
+    Returns ``(out_shape, frames)`` where the frames are each operand's shape written in the
+    output's rank (size-1 dims inserted where the operand has none), so that every dim is
     either equal to the output's or 1. Raises ValueError with the mode's error text.
     """
-    xs, ys = tuple(xs), tuple(ys)
+    shapes = [tuple(s) for s in shapes]
+    if not shapes:
+        raise ValueError("at least one operand is needed")
     if mode == "pdpd":
-        return _pdpd_frame(xs, ys, axis)
+        return _pdpd_frames(shapes, axis)
     if axis != -1:
         raise ValueError(f"axis applies only to broadcast='pdpd'; it must stay -1 for "
                          f"broadcast={mode!r}, got axis={axis}")
     if mode == "none":
-        if xs != ys:
+        if any(s != shapes[0] for s in shapes):
+            names = _names(len(shapes))
             raise ValueError(
-                f"broadcast='none' needs equal shapes, got X shape {_fmt(xs)} and "
-                f"Y shape {_fmt(ys)}"
+                "broadcast='none' needs equal shapes, got "
+                + " and ".join(f"{nm} shape {_fmt(s)}" for nm, s in zip(names, shapes))
             )
-        return xs, xs, ys
-    out = _numpy_shape(xs, ys)
-    return out, _pad(xs, len(out)), _pad(ys, len(out))
+        return shapes[0], list(shapes)
+    return _numpy_frames(shapes)
+
+
+def align(xs: Shape, ys: Shape, mode: str, axis: int = -1) -> tuple[Shape, Shape, Shape]:
+    """:func:`align_all` for two operands: ``(out_shape, x_frame, y_frame)``."""
+    out, (xf, yf) = align_all((xs, ys), mode, axis)
+    return out, xf, yf
 
 
 def result_shape(x_shape: Shape, y_shape: Shape, broadcast: str = "numpy", axis: int = -1) -> Shape:
@@ -194,7 +219,7 @@ def result_shape(x_shape: Shape, y_shape: Shape, broadcast: str = "numpy", axis:
     (8, 7, 6, 5)
     """
     mode = normalize_mode(broadcast)
-    axis = _check_axis_type(axis)
+    axis = check_axis_type(axis)
     for name, s in (("x_shape", x_shape), ("y_shape", y_shape)):
         if not all(isinstance(n, int) or hasattr(n, "__index__") for n in s):
             raise TypeError(f"{name} must be a tuple of integers, got {s!r}")
@@ -222,13 +247,14 @@ class Plan:
         output laid out in iteration order (NumPy ``order="K"``).
     iter_shape : tuple of int
         Coalesced iteration space, slowest dim first; at least one dim.
-    iter_strides : tuple of three tuples
-        ``(out, x, y)`` element strides over ``iter_shape``; 0 where an operand is broadcast.
-    iter_offsets : tuple of three ints
-        ``(out, x, y)`` element offset of the first visited element from each operand's data
+    iter_strides : tuple of tuples
+        ``(out, *inputs)`` element strides over ``iter_shape``; 0 where an operand is broadcast.
+    iter_offsets : tuple of int
+        ``(out, *inputs)`` element offset of the first visited element from each operand's data
         pointer (non-zero only where a dim was flipped to walk negative strides forwards).
     variant : str
-        The inner-loop variant: ``contig``, ``scalar_x``, ``scalar_y``, ``strided`` or ``tiled``.
+        The inner-loop variant: ``contig``, ``scalar_x``, ``scalar_y`` (two inputs, one of them
+        constant along the inner dim), ``strided`` or ``tiled``.
     size : int
         Number of output elements.
     """
@@ -236,18 +262,22 @@ class Plan:
     out_shape: Shape
     out_strides: Strides
     iter_shape: Shape
-    iter_strides: tuple[Strides, Strides, Strides]
-    iter_offsets: tuple[int, int, int]
+    iter_strides: tuple[Strides, ...]
+    iter_offsets: tuple[int, ...]
     variant: str
     size: int
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.iter_strides) - 1
 
 
 def expand_strides(op_shape: Shape, op_strides: Strides, frame: Shape, out_shape: Shape) -> Strides:
     """Element strides of one operand over ``out_shape`` (0 = broadcast).
 
-    ``frame`` is the operand's shape in the output frame from :func:`align`: the operand's own
-    dims in order, with size-1 dims inserted. Only the operand's non-1 dims carry a stride; they
-    appear in ``frame`` in the same order, so they are matched up one by one.
+    ``frame`` is the operand's shape in the output frame from :func:`align_all`: the operand's
+    own dims in order, with size-1 dims inserted. Only the operand's non-1 dims carry a stride;
+    they appear in ``frame`` in the same order, so they are matched up one by one.
     """
     own = [s for n, s in zip(op_shape, op_strides) if n != 1]
     res = []
@@ -303,7 +333,7 @@ def _contiguous_strides(shape: Shape, order: list[int]) -> Strides:
     return tuple(st)
 
 
-def _transposed(shape: Shape, iter_strides: tuple[Strides, Strides, Strides]) -> bool:
+def _transposed(shape: Shape, iter_strides: tuple[Strides, ...]) -> bool:
     """Whether some operand runs across the inner dim: it moves less along the dim outside it.
 
     Such an operand touches a new cache line per element of a row; a tiled walk fixes that.
@@ -317,83 +347,75 @@ def _transposed(shape: Shape, iter_strides: tuple[Strides, Strides, Strides]) ->
     return False
 
 
-def _classify(iter_strides: tuple[Strides, Strides, Strides]) -> str:
-    so, sx, sy = (s[-1] for s in iter_strides)
-    if so == 1 and sx == 1 and sy == 1:
+def _classify(iter_strides: tuple[Strides, ...]) -> str:
+    so, *ins = (s[-1] for s in iter_strides)
+    if so == 1 and all(s == 1 for s in ins):
         return CONTIG
-    if so == 1 and sx == 0 and sy == 1:
-        return SCALAR_X
-    if so == 1 and sx == 1 and sy == 0:
-        return SCALAR_Y
+    if so == 1 and len(ins) == 2:
+        if ins == [0, 1]:
+            return SCALAR_X
+        if ins == [1, 0]:
+            return SCALAR_Y
     return STRIDED
 
 
 @lru_cache(maxsize=4096)
 def make_plan(
-    x_shape: Shape,
-    x_strides: Strides,
-    y_shape: Shape,
-    y_strides: Strides,
+    shapes: tuple[Shape, ...],
+    strides: tuple[Strides, ...],
     mode: str,
     axis: int = -1,
     out_strides: Strides | None = None,
 ) -> Plan:
-    """Plan one call. Strides are element strides; ``out_strides`` is given when ``out=`` is.
+    """Plan one call on the inputs' shapes and element strides; ``out_strides`` when ``out=``
+    is given.
 
     The result is memoised on all arguments (they are hashable tuples), so repeated calls with
     the same shapes and layouts skip the whole pipeline.
     """
-    out_shape, xf, yf = align(x_shape, y_shape, mode, axis)
-    xs = expand_strides(x_shape, x_strides, xf, out_shape)
-    ys = expand_strides(y_shape, y_strides, yf, out_shape)
+    out_shape, frames = align_all(shapes, mode, axis)
+    ins = [expand_strides(sh, st, f, out_shape) for sh, st, f in zip(shapes, strides, frames)]
     size = 1
     for n in out_shape:
         size *= n
-
     if out_strides is None:
-        order = _best_order(out_shape, [xs, ys])
+        order = _best_order(out_shape, ins)
         os_ = _contiguous_strides(out_shape, order)
     else:
         os_ = tuple(0 if n == 1 else s for n, s in zip(out_shape, out_strides))
-        order = _best_order(out_shape, [os_, xs, ys])
-    ops = [os_, xs, ys]
-
+        order = _best_order(out_shape, [os_, *ins])
+    ops = [os_, *ins]
+    k_ops = len(ops)
     if size == 0:
-        return Plan(out_shape, os_, (0,), ((1,), (1,), (1,)), (0, 0, 0), CONTIG, 0)
+        return Plan(out_shape, os_, (0,), ((1,),) * k_ops, (0,) * k_ops, CONTIG, 0)
 
     # Drop size-1 dims; flip dims every operand walks backwards (NumPy flip_negative_strides),
     # so reversed views still run the forward contiguous loop.
-    offsets = [0, 0, 0]
+    offsets = [0] * k_ops
     dims = [d for d in order if out_shape[d] != 1]
     shape = [out_shape[d] for d in dims]
-    strides = [[s[d] for d in dims] for s in ops]
+    strides_ = [[s[d] for d in dims] for s in ops]
     for k in range(len(dims)):
-        if all(st[k] <= 0 for st in strides) and any(st[k] < 0 for st in strides):
-            for i, st in enumerate(strides):
+        if all(st[k] <= 0 for st in strides_) and any(st[k] < 0 for st in strides_):
+            for i, st in enumerate(strides_):
                 offsets[i] += st[k] * (shape[k] - 1)
                 st[k] = -st[k]
 
     # Coalesce (slowest-first lists): dim k-1 (outer) merges into dim k (inner) when every
     # operand steps over the inner dim's whole extent exactly as one outer step.
     cshape: list[int] = []
-    cstr: list[list[int]] = [[], [], []]
+    cstr: list[list[int]] = [[] for _ in ops]
     for k in range(len(shape)):
-        if cshape and all(cstr[i][-1] == strides[i][k] * shape[k] for i in range(3)):
+        if cshape and all(cstr[i][-1] == strides_[i][k] * shape[k] for i in range(k_ops)):
             cshape[-1] *= shape[k]
-            for i in range(3):
-                cstr[i][-1] = strides[i][k]
+            for i in range(k_ops):
+                cstr[i][-1] = strides_[i][k]
         else:
             cshape.append(shape[k])
-            for i in range(3):
-                cstr[i].append(strides[i][k])
-    if not cshape:  # 0-d or all size-1: one element
-        cshape = [1]
-        cstr = [[1], [1], [1]]
-    istr = (tuple(cstr[0]), tuple(cstr[1]), tuple(cstr[2]))
+            for i in range(k_ops):
+                cstr[i].append(strides_[i][k])
+    if not cshape or (len(cshape) == 1 and cshape[0] == 1):  # 0-d or all size-1: one element
+        return Plan(out_shape, os_, (1,), ((1,),) * k_ops, tuple(offsets), CONTIG, size)
+    istr = tuple(tuple(c) for c in cstr)
     variant = TILED if _transposed(tuple(cshape), istr) else _classify(istr)
-    if len(cshape) == 1 and cshape[0] == 1:
-        variant = CONTIG
-        istr = ((1,), (1,), (1,))
-    return Plan(
-        out_shape, os_, tuple(cshape), istr, (offsets[0], offsets[1], offsets[2]), variant, size
-    )
+    return Plan(out_shape, os_, tuple(cshape), istr, tuple(offsets), variant, size)

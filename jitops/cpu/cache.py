@@ -29,19 +29,25 @@ from numba.core.caching import (
 )
 from numba.core.serialize import dumps
 
-from . import _config
+from ..core import config as _config
+from ..core import sources
 
-_SOURCES = ("_scalar.py", "_dtypes.py", "_half.py", "_spec.py", "_cpu.py", "_cache.py")
+#: The module whose functions are cached; its jitops imports, transitively, make the kernels.
+KERNEL_MODULE = "jitops.cpu.kernels"
 _stamp: str | None = None
+
+
+def stamped_files() -> list[str]:
+    """The source files a cached kernel depends on (read from the imports, not listed)."""
+    return [sources.module_file(m) for m in sources.closure(KERNEL_MODULE)]
 
 
 def source_stamp() -> str:
     global _stamp
     if _stamp is None:
         h = hashlib.sha256(numba.__version__.encode())
-        here = os.path.dirname(os.path.abspath(__file__))
-        for name in _SOURCES:
-            with open(os.path.join(here, name), "rb") as f:
+        for path in stamped_files():
+            with open(path, "rb") as f:
                 h.update(f.read())
         _stamp = h.hexdigest()
     return _stamp

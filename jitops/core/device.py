@@ -50,9 +50,14 @@ def cuda_unavailable_reason() -> str | None:
         return "CUDA is not usable: " + " ".join(str(e).split())
 
 
-def select(device, x, y, out, fname: str) -> str:
+def select(device, operands, out, fname: str) -> str:
+    """Where a call runs: ``"cpu"`` or ``"cuda:N"``.
+
+    ``device=None`` follows the operands: CUDA when one of them (or ``out``) is a CUDA array.
+    A CUDA request that cannot run raises RuntimeError with the reason; never a CPU fallback.
+    """
     kind, index = parse(device)
-    wants_cuda = any(is_cuda_array(a) for a in (x, y, out))
+    wants_cuda = is_cuda_array(out) or any(is_cuda_array(a) for a in operands)
     if kind == "cpu":
         if wants_cuda:
             raise ValueError(f"jitops.{fname}: device='cpu' but an operand is a CUDA array; "
@@ -64,9 +69,3 @@ def select(device, x, y, out, fname: str) -> str:
     if why is not None:
         raise RuntimeError(f"jitops.{fname}: CUDA was requested but cannot run: {why}")
     return f"cuda:{index}"
-
-
-def run_cuda(op, fname, x, y, mode, axis, act, out, target):
-    from . import _cuda
-
-    return _cuda.binary(op, fname, x, y, mode, axis, act, out, target)

@@ -28,9 +28,9 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from . import _scalar
-from ._dtypes import act_dtype
-from ._half import float_to_half, half_to_float
+from ..core import scalar as _scalar
+from ..core.dtypes import act_dtype
+from .half import float_to_half, half_to_float
 
 _BOOL = np.dtype(bool)
 _HALF = np.dtype(np.float16)
@@ -94,7 +94,7 @@ def _typeof_spec(val, c):
 # -- compile-time helpers the kernels call -----------------------------------------------------
 
 @intrinsic
-def _as_pointer(typingctx, addr, ty):
+def as_pointer(typingctx, addr, ty):
     """An integer address -> a typed pointer ``CPointer(ty)`` (indexable like an array)."""
     if not isinstance(ty, types.NumberClass):
         return None
@@ -117,7 +117,7 @@ def _ov_pointers(spec, po, px, py):
     to, tx, ty = (_storage(np.dtype(n)) for n in (spec.out, spec.x, spec.y))
 
     def impl(spec, po, px, py):
-        return _as_pointer(po, to), _as_pointer(px, tx), _as_pointer(py, ty)
+        return as_pointer(po, to), as_pointer(px, tx), as_pointer(py, ty)
 
     return impl
 

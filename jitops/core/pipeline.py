@@ -1,0 +1,322 @@
+"""The one call pipeline: a call's arguments in, a :class:`PreparedCall` out, for every backend.
+
+Modelled on PyTorch's ``TensorIterator::build()`` and CuPy's ``ufunc.__call__``: everything a
+call decides is decided here, once, in this order, whatever runs it afterwards::
+
+    arguments  -> broadcast mode, axis and act checked          (normalize)
+    operands   -> recognised: weak Python scalars, host arrays, or the backend's own arrays
+    dtypes     -> NumPy 2 promotion, the op's loop table, weak scalars converted like NumPy
+    plan       -> the planner on N inputs (jitops.core.plan)
+    out=       -> kind, shape, dtype, writeable, internal overlap; else allocated (order="K")
+    overlap    -> an input that overlaps ``out`` without being exactly ``out`` is copied
+    checks     -> the integer zero-division check
+    -> PreparedCall: a backend (CPU serial/parallel, CUDA) only launches it; Dask gets a
+       LazyCall (dtypes and shapes settled, errors raised) and maps the CPU path over chunks.
+
+Numba-free: the backends' array handling arrives as a :class:`Memory` object, so this module
+only speaks in dtypes, shapes, strides and addresses. Every check raises before anything is
+written: a call either raises (``out`` and the inputs untouched) or computes the whole result.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from .dtypes import (
+    WEAK_SCALARS,
+    DTypes,
+    check_dtype,
+    implementation,
+    kernel_op,
+    resolve,
+    weak_scalar_dtype,
+)
+from .plan import Plan, check_axis_type, make_plan, normalize_mode
+from .scalar import ACT_NAMES
+
+WEAK = frozenset(WEAK_SCALARS)
+
+
+class ScalarOverflowError(OverflowError, ValueError):
+    """A Python integer that does not fit the operation's dtype (NumPy raises OverflowError)."""
+
+
+class Memory(Protocol):
+    """What the pipeline needs to know about one backend's arrays (see jitops.cpu.backend and
+    jitops.cuda.backend). Strides are in bytes, as NumPy and the CUDA Array Interface give them.
+    """
+
+    name: str
+
+    def owns(self, v: Any) -> bool: ...              # one of this backend's arrays
+    def dtype(self, a: Any) -> np.dtype: ...
+    def shape(self, a: Any) -> tuple[int, ...]: ...
+    def strides(self, a: Any) -> tuple[int, ...]: ...
+    def address(self, a: Any) -> int: ...            # of element (0, ..., 0)
+    def writeable(self, a: Any) -> bool: ...
+    def from_host(self, a: np.ndarray) -> Any: ...   # a host array on this backend
+    def ready(self, a: Any) -> Any: ...              # readable by the kernels in place, or a copy
+    def copy(self, a: Any) -> Any: ...               # a fresh copy (for the overlap policy)
+    def empty(self, shape, dtype: np.dtype, elem_strides) -> Any: ...
+    def any_zero(self, a: Any) -> bool: ...
+    def copy_into(self, dst: Any, src: Any) -> None: ...
+
+
+@dataclass
+class PreparedCall:
+    """A call with every decision made; a backend launches ``impl`` over ``plan``."""
+
+    fname: str                 # the public name, for messages
+    impl: str                  # the scalar-table entry (jitops.core.dtypes.implementation)
+    act: str | None
+    dtypes: DTypes
+    inputs: tuple              # the backend's arrays, kernel-ready, overlap copies made
+    plan: Plan
+    target: Any                # what the kernel writes: ``out``, a ready stand-in for it, or new
+    out: Any                   # the caller's ``out`` (None when not given)
+    as_given: bool             # inputs and out used exactly as the caller passed them
+
+    def finish(self, memory: Memory):
+        """The call's result, once the backend has written ``target``."""
+        if self.out is not None and self.target is not self.out:
+            memory.copy_into(self.out, self.target)
+            return self.out
+        return self.target
+
+
+@dataclass
+class LazyCall:
+    """A call on Dask operands: dtypes, shapes and errors settled now; chunks computed later."""
+
+    fname: str
+    op: str
+    act: str | None
+    dtypes: DTypes
+    operands: tuple            # each reshaped to its frame in the output's rank
+    out_shape: tuple[int, ...]
+    mode: str
+    axis: int
+
+
+def check_act(act: object, fname: str) -> str | None:
+    if act is None:
+        return None
+    if isinstance(act, str) and act.lower() in ACT_NAMES:
+        return act.lower()
+    raise ValueError(f"jitops.{fname}: unknown act={act!r}; expected None or one of "
+                     f"{', '.join(ACT_NAMES)}")
+
+
+def normalize(broadcast: object, axis: object, act: object, fname: str
+              ) -> tuple[str, int, str | None]:
+    """The call's mode, axis and activation, checked (ValueError / TypeError)."""
+    return normalize_mode(broadcast), check_axis_type(axis), check_act(act, fname)
+
+
+def refuse_masked(v: object, name: str, fname: str) -> None:
+    """A MaskedArray's mask is part of its meaning: never silently computed on its data.
+    (Without ``numpy.ma`` imported there is no MaskedArray: it is not imported here, ~30 ms.)"""
+    ma = sys.modules.get("numpy.ma")
+    if ma is not None and isinstance(v, ma.MaskedArray):
+        raise TypeError(f"jitops.{fname}: {name} is a numpy.ma.MaskedArray; jitops would drop its "
+                        f"mask. Use numpy.ma's own ops, or pass {name}.filled(value) or "
+                        f"{name}.data explicitly")
+
+
+def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
+    """A weak Python scalar as itself (NEP 50), anything else as a checked host ndarray."""
+    if type(v) in WEAK:
+        return v
+    refuse_masked(v, name, fname)
+    if isinstance(v, np.ndarray):
+        a = v
+    else:
+        try:
+            a = np.asarray(v)
+        except Exception as e:  # ragged lists and the like
+            raise TypeError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") \
+                from None
+    check_dtype(a.dtype, name, fname)
+    return a
+
+
+def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
+    """A weak scalar as a 0-d array of ``dtype`` (an int that does not fit raises, as in NumPy)."""
+    try:
+        return np.asarray(v, dtype=dtype)
+    except OverflowError as e:
+        raise ScalarOverflowError(f"jitops.{fname}: {e}") from None
+
+
+def element_strides(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+    """Byte strides in elements, or None if some stride is not a whole number of elements."""
+    if all(s % itemsize == 0 for s in strides):
+        return tuple(s // itemsize for s in strides)
+    return None
+
+
+def byte_extent(address: int, shape, strides, itemsize: int) -> tuple[int, int]:
+    """[lo, hi) of the bytes an array touches (0, 0 when it is empty)."""
+    lo = hi = address
+    for n, s in zip(shape, strides):
+        if n == 0:
+            return 0, 0
+        if s < 0:
+            lo += (n - 1) * s
+        else:
+            hi += (n - 1) * s
+    return lo, hi + itemsize
+
+
+def _extent(mem: Memory, a) -> tuple[int, int]:
+    return byte_extent(mem.address(a), mem.shape(a), mem.strides(a), mem.dtype(a).itemsize)
+
+
+def overlaps(mem: Memory, a, b) -> bool:
+    """Whether the byte ranges of ``a`` and ``b`` intersect (``numpy.may_share_memory``)."""
+    (a0, a1), (b0, b1) = _extent(mem, a), _extent(mem, b)
+    return a0 < b1 and b0 < a1
+
+
+def same_view(mem: Memory, a, b) -> bool:
+    """Exactly the same elements in the same places: same address, shape and strides."""
+    return (mem.shape(a) == mem.shape(b) and mem.strides(a) == mem.strides(b)
+            and mem.address(a) == mem.address(b))
+
+
+def _plan_of(mem: Memory, arrays, mode: str, axis: int, out_strides=None) -> Plan:
+    shapes = tuple(mem.shape(a) for a in arrays)
+    strides = tuple(element_strides(mem.strides(a), mem.dtype(a).itemsize) for a in arrays)
+    return make_plan(shapes, strides, mode, axis, out_strides)
+
+
+def check_out(mem: Memory, out, shape, dtype: np.dtype, fname: str) -> None:
+    """``out`` must be this backend's array, of the result's exact shape and dtype, writeable,
+    with no element written twice."""
+    refuse_masked(out, "out", fname)
+    if not mem.owns(out):
+        kind = "a numpy.ndarray" if mem.name == "cpu" else "a CUDA array"
+        raise TypeError(f"jitops.{fname}: out must be {kind}, got {type(out).__name__}")
+    oshape = mem.shape(out)
+    if oshape != shape:
+        raise ValueError(f"jitops.{fname}: out has shape {oshape}, but the result has shape "
+                         f"{shape}")
+    if mem.dtype(out) != dtype:
+        raise TypeError(f"jitops.{fname}: out has dtype {mem.dtype(out)}, but the result dtype "
+                        f"is {dtype} (out must match exactly)")
+    if not mem.writeable(out):
+        raise ValueError(f"jitops.{fname}: out is read-only")
+    # an empty out has no element to write twice (NumPy even gives it zero strides)
+    if math.prod(oshape) and any(s == 0 and n > 1 for s, n in zip(mem.strides(out), oshape)):
+        raise ValueError(
+            f"jitops.{fname}: out has internal overlap (a zero stride on a dimension of size > 1): "
+            "more than one element of the written-to array refers to a single memory location"
+        )
+
+
+def _dtypes(op: str, operands, kinds, fname: str, act):
+    """(kernel op, DTypes, dtype each weak scalar becomes) for two operands; ``kinds`` are
+    dtypes, or the weak scalars themselves."""
+    common = np.result_type(*kinds)  # checked dtypes always promote
+    kop = kernel_op(op, common)
+    dt = resolve(kop, *kinds, fname, act)
+    return kop, dt, weak_scalar_dtype(kop, *kinds, common)
+
+
+def prepare(mem: Memory, op: str, fname: str, operands: tuple, mode: str, axis: int,
+            act: str | None, out) -> PreparedCall:
+    """Turn a call of ``op`` into a :class:`PreparedCall` for the backend ``mem`` describes.
+
+    ``operands`` are what the caller passed (arrays of any kind, Python scalars, array-likes);
+    ``mode``, ``axis`` and ``act`` come from :func:`normalize`. Raises before anything is
+    written.
+    """
+    names = ("x", "y") if len(operands) == 2 else tuple(f"operand {i}" for i in
+                                                         range(len(operands)))
+    vals, kinds = [], []
+    for v, name in zip(operands, names):
+        refuse_masked(v, name, fname)
+        if mem.owns(v):
+            dt = mem.dtype(v)
+            check_dtype(dt, name, fname)
+            vals.append(v)
+            kinds.append(np.dtype(dt))
+        else:
+            hv = host_operand(v, name, fname)
+            vals.append(hv)
+            kinds.append(hv if type(hv) in WEAK else hv.dtype)
+    kop, dt, weak = _dtypes(op, vals, kinds, fname, act)
+    inputs = []
+    for v in vals:
+        if type(v) in WEAK:
+            v = weak_to_array(v, weak, fname)
+        if not mem.owns(v):
+            v = mem.from_host(v)
+        inputs.append(mem.ready(v))
+
+    plan = _plan_of(mem, inputs, mode, axis)
+    target = out
+    if out is not None:
+        check_out(mem, out, plan.out_shape, dt.result, fname)
+        ostr = element_strides(mem.strides(out), mem.dtype(out).itemsize)
+        ready = mem.ready(out)
+        target = out if ready is out and ostr is not None else mem.empty(plan.out_shape,
+                                                                        dt.result, None)
+        # NumPy's answer for overlapping operands is the answer computed from the inputs as
+        # they were before the call: an exact alias runs in place (each element is read before
+        # it is written); any other overlap reads from a copy (CuPy's _copy_in_args_if_needed).
+        inputs = [mem.copy(a) if overlaps(mem, target, a) and not same_view(mem, target, a)
+                  else a for a in inputs]
+        plan = _plan_of(mem, inputs, mode, axis,
+                        element_strides(mem.strides(target), dt.result.itemsize))
+    if kop == "trunc_divide" and plan.size and mem.any_zero(inputs[1]):
+        raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
+    if target is None:
+        target = mem.empty(plan.out_shape, dt.result, plan.out_strides)
+    as_given = (all(a is v or type(v) in WEAK for a, v in zip(inputs, operands))
+                and (out is None or target is out) and kop != "trunc_divide")
+    return PreparedCall(fname, implementation(kop, dt.result), act, dt, tuple(inputs), plan,
+                        target, out, as_given)
+
+
+def prepare_lazy(op: str, fname: str, operands: tuple, mode: str, axis: int, act: str | None,
+                 out, device, is_lazy, shape_of) -> LazyCall:
+    """The part of :func:`prepare` a lazy (Dask) call can do now: dtypes, shapes, errors.
+
+    ``is_lazy(v)`` recognises the lazy arrays and ``shape_of(v, name, fname)`` gives their shape
+    (raising when unknown); the rest of the pipeline runs on each chunk.
+    """
+    from .plan import align_all
+
+    if out is not None:
+        raise TypeError(f"jitops.{fname}: out= is not supported with Dask inputs (the result "
+                        "is a new lazy Dask array; store it with dask.array.store)")
+    if device is not None and str(device).strip().lower() != "cpu":
+        raise TypeError(f"jitops.{fname}: device={device!r} is not supported with Dask inputs "
+                        "(their chunks run on jitops' CPU kernels)")
+    names = ("x", "y") if len(operands) == 2 else tuple(f"operand {i}" for i in
+                                                         range(len(operands)))
+    vals, kinds, shapes = [], [], []
+    for v, name in zip(operands, names):
+        if type(v) in WEAK:
+            vals.append(v)
+            kinds.append(v)
+            shapes.append(())
+            continue
+        if not is_lazy(v):
+            v = host_operand(v, name, fname)
+        dt = np.dtype(v.dtype)
+        check_dtype(dt, name, fname)
+        vals.append(v)
+        kinds.append(dt)
+        shapes.append(shape_of(v, name, fname))
+    _, dt, _ = _dtypes(op, vals, kinds, fname, act)
+    out_shape, frames = align_all(shapes, mode, axis)  # the planner's errors, now
+    framed = tuple(v if type(v) in WEAK or f == s else v.reshape(f)
+                   for v, s, f in zip(vals, shapes, frames))
+    return LazyCall(fname, op, act, dt, framed, out_shape, mode, axis)

@@ -1,0 +1,207 @@
+"""The CPU backend: host arrays for the pipeline, and the launch of a prepared call.
+
+:data:`MEMORY` tells the pipeline (jitops.core.pipeline) how host arrays are read, copied and
+allocated; :func:`launch` runs a :class:`~jitops.core.pipeline.PreparedCall` on the serial or
+parallel kernel (jitops.cpu.kernels) and returns the :class:`Launch` it used, which the front
+end keeps for repeats of the same call (the fast path, jitops.ops).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import numba
+import numpy as np
+
+from ..core import config
+from ..core.pipeline import PreparedCall, byte_extent, element_strides
+from . import kernels, parallel
+from .spec import KernelSpec
+
+_I64 = numba.types.int64
+
+#: A launch's status when it wrote the result (anything else: a check failed, nothing written).
+OK = kernels.OK
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
+
+
+def _c_strides(shape):
+    st, acc = [], 1
+    for n in reversed(shape):
+        st.append(acc if n != 1 else 0)
+        acc *= n
+    return tuple(reversed(st))
+
+
+def _byte_layout(shape, elem_strides, dtype: np.dtype) -> tuple[int, ...] | None:
+    """Byte strides of a new array with these element strides, or None for plain C order."""
+    if elem_strides is None or len(shape) <= 1 or tuple(elem_strides) == _c_strides(shape):
+        return None
+    return tuple(s * dtype.itemsize for s in elem_strides)
+
+
+def _new_array(shape, dtype: np.dtype, byte_strides) -> np.ndarray:
+    if byte_strides is None:
+        return np.empty(shape, dtype)
+    buf = np.empty(math.prod(shape), dtype)
+    return np.ndarray(shape, dtype, buffer=buf, strides=byte_strides)
+
+
+class HostMemory:
+    """NumPy arrays, for :func:`jitops.core.pipeline.prepare`."""
+
+    name = "cpu"
+
+    @staticmethod
+    def owns(v) -> bool:
+        return isinstance(v, np.ndarray)
+
+    @staticmethod
+    def dtype(a) -> np.dtype:
+        return a.dtype
+
+    @staticmethod
+    def shape(a):
+        return a.shape
+
+    @staticmethod
+    def strides(a):
+        return a.strides
+
+    address = staticmethod(_address)
+
+    @staticmethod
+    def writeable(a) -> bool:
+        return a.flags.writeable
+
+    @staticmethod
+    def from_host(a: np.ndarray) -> np.ndarray:
+        return a
+
+    @staticmethod
+    def ready(a: np.ndarray) -> np.ndarray:
+        """The array itself when the kernels can read it in place, else an equivalent copy."""
+        if not a.dtype.isnative:
+            a = a.astype(a.dtype.newbyteorder("="))
+        if not a.flags.aligned or element_strides(a.strides, a.itemsize) is None:
+            a = a.copy()  # a fresh, aligned buffer (ascontiguousarray keeps a misaligned one)
+        return a
+
+    @staticmethod
+    def copy(a: np.ndarray) -> np.ndarray:
+        return a.copy()
+
+    @staticmethod
+    def empty(shape, dtype: np.dtype, elem_strides) -> np.ndarray:
+        return _new_array(shape, dtype, _byte_layout(shape, elem_strides, dtype))
+
+    @staticmethod
+    def any_zero(a: np.ndarray) -> bool:
+        return not a.all()
+
+    @staticmethod
+    def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
+        np.copyto(dst, src)
+
+
+MEMORY = HostMemory()
+
+#: What a kernel is given for each array: the object's address when the kernel can read the
+#: data pointer from the object itself (see jitops.cpu.kernels), else the data address (1 us).
+ref = id if kernels.DATA_OFFSET >= 0 else _address
+
+_ENTRIES: dict = {}
+_SIG = (_I64,) * 5
+
+
+def entry_point(kernel):
+    """The compiled driver (one signature for every op and dtype; compiled or loaded once)."""
+    e = _ENTRIES.get(kernel)
+    if e is None:
+        kernel.compile(_SIG)
+        e = _ENTRIES[kernel] = kernel.overloads[_SIG].entry_point
+    return e
+
+
+class Launch:
+    """Everything one call needs once its arrays are known: compiled entry point and meta.
+
+    The front end keeps these per call geometry, so a repeated call skips checking, planning
+    and Numba's dispatcher (whose type inference alone costs ~2 us).
+    """
+
+    __slots__ = ("entry", "parallel", "task", "meta", "pmeta", "shape", "dtype", "strides",
+                 "x_dtype", "y_dtype")
+
+    def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
+        self.x_dtype, self.y_dtype = np.dtype(spec.x), np.dtype(spec.y)  # weak scalars become
+        self.parallel = plan.size >= config.PARALLEL_THRESHOLD
+        kernel = kernels.KERNELS["parallel" if self.parallel else "serial"]
+        self.entry = entry_point(kernel)
+        self.task = kernels.task_address(spec)
+        self.meta, self.shape, self.dtype = meta, plan.out_shape, dtype
+        self.pmeta = meta.__array_interface__["data"][0]
+        self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
+
+    def new_output(self) -> np.ndarray:
+        return _new_array(self.shape, self.dtype, self.strides)
+
+    def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
+            out: np.ndarray | None) -> int:
+        """Launch; returns the kernel's status (``kernels.OK``: written, else a check failed
+        and nothing was written). A task that failed inside raises: never a silent result."""
+        args = (self.task, ref(target), ref(x), ref(y), self.pmeta)
+        if self.parallel and parallel.parallel_allowed():
+            status = parallel.launch_parallel(self.entry, *args)
+        elif self.parallel:  # serial() or a process whose layer cannot run: the serial kernel
+            status = entry_point(kernels.KERNELS["serial"])(*args)
+        else:
+            status = self.entry(*args)
+        if status == kernels.TASK_FAILED:
+            where = "out is partly written" if out is not None else "no result is returned"
+            raise RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside "
+                               f"a task, so some elements were not computed ({where})")
+        return status
+
+
+@lru_cache(maxsize=4096)
+def _launch_for(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> Launch:
+    aligns, extents, same = geometry
+    return Launch(spec, plan, kernels.build_meta(plan, aligns, extents, same), dtype)
+
+
+def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and a.strides == b.strides
+
+
+def launch(call: PreparedCall) -> Launch | None:
+    """Run a prepared call; returns its :class:`Launch` (None when there is nothing to do)."""
+    if not call.plan.size:
+        return None
+    if call.plan.n_inputs != 2:
+        raise NotImplementedError("the CPU kernels take two inputs")
+    x, y = call.inputs
+    t = call.target
+    spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
+                      call.dtypes.compute)
+    # The kernel re-checks alignment and, with out=, overlap on every launch (it must: the
+    # fast path hands it the caller's arrays), so their geometry is part of the launch.
+    geometry = ((t.dtype.alignment, x.dtype.alignment, y.dtype.alignment),
+                None if call.out is None else tuple(
+                    byte_extent(0, a.shape, a.strides, a.itemsize) for a in (t, x, y)),
+                (_same_geometry(t, x), _same_geometry(t, y)))
+    result = _launch_for(spec, call.plan, geometry, call.dtypes.result)
+    status = result.run(t, x, y, call.fname, call.out)
+    if status != kernels.OK:  # the pipeline made the operands ready: this is a bug
+        raise RuntimeError(f"jitops.{call.fname}: internal error: the kernel refused prepared "
+                           f"operands (status {status})")
+    return result
+
+
+def clear_launches() -> None:
+    """Forget compiled launches (tests that change tunables)."""
+    _launch_for.cache_clear()

@@ -1,0 +1,1 @@
+"""The CUDA backend (numba.cuda); imported only when CUDA is asked for."""

@@ -1,0 +1,1 @@
+"""The Dask backend: lazy Dask arrays whose chunks run the CPU path."""
