@@ -1,119 +1,15 @@
-"""Run the benchmark suite: ``python benchmarks/run.py`` (or ``python -m jitops bench``).
+"""The benchmark suite from a source checkout: ``python benchmarks/run.py [options]``.
 
-Runs SPEC section 5's CPU rows side by side with NumPy and, where installed, PyTorch and
-numexpr; an in-run bandwidth probe; cold-start and compile times in fresh processes; a
-cost-versus-size sweep; and (with ``--dask``) jitops-backed against NumPy-backed Dask. Writes
-``latest.md``, ``latest.json`` and ``latest.png`` under ``benchmarks/results/``.
+The suite itself lives in the package (jitops/bench/), so ``python -m jitops bench`` runs it
+from an installed jitops too; from a checkout both write ``benchmarks/results/``.
 """
 
-from __future__ import annotations
-
-import argparse
 import os
 import sys
-import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks import cases, harness, report  # noqa: E402
-
-
-def _progress(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
-def _run_case(case: cases.Case, scale: float) -> dict:
-    contenders, nbytes = case.build()
-    rounds = max(5, int(case.rounds * scale))
-    s = harness.alternate(contenders, rounds, budget_s=case.budget_s * scale)
-    med = {n: harness.median(v) for n, v in s.items()}
-    ratios = {n: harness.paired_ratio(v, s["jitops"]) for n, v in s.items() if n != "jitops"}
-    met = all(ratios.get(k, float("inf")) >= t for k, t in case.targets.items())
-    text = ", ".join(
-        (f"≥ {t:g} of the probe's GB/s" if k == "probe" else f"≥ {t:g}× {report.NAMES[k]}")
-        for k, t in case.targets.items())
-    if case.note:
-        text = case.note
-    return {"key": case.key, "title": case.title, "median_s": med, "ratios": ratios,
-            "rounds": len(s["jitops"]), "bytes": nbytes,
-            "gbps": {n: nbytes / t / 1e9 for n, t in med.items()},
-            "targets": case.targets, "target_text": text, "met": met}
-
-
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="benchmarks/run.py", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer rounds (a rough look, ~1 min)")
-    p.add_argument("--cases", nargs="*", metavar="KEY",
-                   help=f"only these cases ({', '.join(c.key for c in cases.CASES)})")
-    p.add_argument("--no-cold", action="store_true", help="skip the cold-start processes")
-    p.add_argument("--no-sweep", action="store_true", help="skip the size sweep")
-    p.add_argument("--dask", action="store_true",
-                   help="also jitops-backed vs NumPy-backed Dask (needs jitops[dask])")
-    p.add_argument("--check", action="store_true",
-                   help="exit with status 1 when a SPEC target is missed")
-    p.add_argument("--out", default=os.path.join(HERE, "results"),
-                   help="directory for latest.{md,json,png} (default: benchmarks/results)")
-    a = p.parse_args(argv)
-    scale = 0.35 if a.quick else 1.0
-    t_start = time.perf_counter()
-
-    _progress("machine and threads ...")
-    machine = harness.machine()
-    cases.set_threads(machine["threads"])
-    _progress(f"  {machine['cpu']}, {machine['threads']} threads, "
-              f"{machine['threading_layer']} layer")
-    _progress("bandwidth probe ...")
-    probe = harness.bandwidth_probe(rounds=max(5, int(9 * scale)))
-    _progress(f"  o = x - y: {probe['stream_sub_GBps']:.1f} GB/s, "
-              f"copy: {probe['stream_copy_GBps']:.1f} GB/s")
-
-    selected = [c for c in cases.CASES if not a.cases or c.key in a.cases]
-    rows = []
-    for i, case in enumerate(selected, 1):
-        _progress(f"[{i}/{len(selected)}] {case.title} ...")
-        t0 = time.perf_counter()
-        r = _run_case(case, scale)
-        rows.append(r)
-        rat = ", ".join(f"{report.NAMES[k]} {v:.2f}×" for k, v in r["ratios"].items())
-        _progress(f"  jitops {report._fmt_time(r['median_s']['jitops'])} ({rat}) "
-                  f"{'met' if r['met'] else 'MISSED'} [{time.perf_counter() - t0:.1f} s]")
-
-    result = {"machine": machine, "bandwidth_probe": probe, "cases": rows}
-    if not a.no_sweep:
-        sweep = []
-        for i, n in enumerate(cases.SWEEP_SIZES, 1):
-            _progress(f"[sweep {i}/{len(cases.SWEEP_SIZES)}] subtract {n:,} elements ...")
-            contenders, _ = cases.sweep_case(n)()
-            s = harness.alternate(contenders, max(5, int(15 * scale)), budget_s=3 * scale)
-            sweep.append({"n": n, "median_s": {k: harness.median(v) for k, v in s.items()}})
-        result["sweep"] = sweep
-    if a.dask:
-        from benchmarks import dask_bench
-
-        _progress("dask: jitops-backed vs NumPy-backed ...")
-        result["dask"] = dask_bench.run(scale, _progress)
-        result["extra_tables"] = [dask_bench.markdown(result["dask"])]
-    if not a.no_cold:
-        _progress("cold start (fresh processes) ...")
-        result["cold_start"] = harness.cold_start()
-        c = result["cold_start"]
-        _progress(f"  import {c['import_s']:.2f} s, cached first call "
-                  f"{c['cached_first_call_s']:.3f} s, new signature "
-                  f"{c['compile_new_signature_s']:.2f} s")
-    result["elapsed_s"] = time.perf_counter() - t_start
-    paths = report.write(result, a.out)
-    for path in paths:
-        _progress(f"wrote {os.path.relpath(path)}")
-    if not any(p.endswith(".png") for p in paths):
-        _progress("no plot: matplotlib is not installed (pip install \"jitops[bench]\")")
-    print(report.markdown(result))
-    missed = [r["key"] for r in rows if not r["met"]]
-    if missed:
-        _progress(f"targets missed: {', '.join(missed)}")
-    return 1 if a.check and missed else 0
-
+from jitops.bench.run import main  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -55,3 +55,28 @@ def test_bench_help_is_the_suites():
 @pytest.mark.parametrize("bad", [["nosuch"], ["demo", "--x"]])
 def test_bad_usage_exits_2(bad):
     assert _run(*bad).returncode == 2
+
+
+def test_bench_runs_from_an_installed_package(tmp_path):
+    """The suite ships in the package: installed outside this checkout (no benchmarks/ next to
+    it), ``python -m jitops bench`` still runs and writes ./jitops-bench-results."""
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    site = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
+                        "--no-build-isolation", "--target", str(site), root],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (site / "jitops" / "bench" / "run.py").is_file()
+    env = dict(os.environ, PYTHONPATH=str(site))
+    run = tmp_path / "run"
+    run.mkdir()
+    r = subprocess.run([sys.executable, "-m", "jitops", "bench", "--quick", "--cases",
+                        "overhead", "--no-cold", "--no-sweep"], cwd=run, env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert str(site) in subprocess.run(
+        [sys.executable, "-c", "import jitops; print(jitops.__file__)"], cwd=run, env=env,
+        capture_output=True, text=True).stdout
+    assert (run / "jitops-bench-results" / "latest.json").is_file()

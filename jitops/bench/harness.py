@@ -127,7 +127,7 @@ t0 = time.perf_counter()
 import jitops
 t1 = time.perf_counter()
 import numpy as np
-from jitops import _cpu
+from jitops.cpu import kernels as _cpu
 x = np.ones(1000, np.float32)
 t2 = time.perf_counter()
 jitops.subtract(x, x)
@@ -190,7 +190,7 @@ def machine() -> dict:
     import numba
 
     import jitops
-    from jitops import _threading
+    from jitops.cpu import parallel as _threading
 
     jitops.add(np.ones(1 << 17), 1.0)  # a parallel launch, so the layer reported is the real one
     info = {
