@@ -1,5 +1,6 @@
-"""Run tests/cuda under Numba's CUDA simulator, in a fresh process (the switch must be set
-before numba is imported), and the no-GPU error path in this one."""
+"""Run tests/cuda and the shared spec table (tests/test_spec.py, on the ``cuda`` backend) under
+Numba's CUDA simulator, in a fresh process (the switch must be set before numba is imported),
+and the no-GPU error path in this one."""
 
 import os
 import subprocess
@@ -9,17 +10,19 @@ import numpy as np
 import pytest
 
 import jitops
-from jitops._device import cuda_unavailable_reason
+from jitops.core.device import cuda_unavailable_reason
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def test_cuda_kernels_on_the_simulator():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    # small blocks: the simulator runs every thread of a block as a Python thread
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JITOPS_TEST_BACKENDS="cuda",
+               JITOPS_CUDA_THREADS_PER_BLOCK="32")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-W", "ignore::RuntimeWarning",
-                          os.path.join(HERE, "cuda")], env=env, capture_output=True, text=True,
-                         timeout=900, cwd=os.path.dirname(HERE))
+                          "-W", "ignore::RuntimeWarning", os.path.join(HERE, "cuda"),
+                          os.path.join(HERE, "test_spec.py")], env=env, capture_output=True,
+                         text=True, timeout=900, cwd=os.path.dirname(HERE))
     tail = res.stdout[-4000:] + res.stderr[-2000:]
     assert res.returncode == 0, tail
     assert " passed" in res.stdout and " skipped" not in res.stdout.splitlines()[-1], tail
@@ -27,7 +30,7 @@ def test_cuda_kernels_on_the_simulator():
 
 def test_import_never_touches_cuda_and_cpu_path_is_untouched():
     code = ("import sys, numpy as np, jitops; jitops.add(np.ones(3), 1.0); "
-            "print(any(m.startswith('jitops._cuda') for m in sys.modules))")
+            "print(any(m.startswith('jitops.cuda') for m in sys.modules))")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert res.stdout.strip() == "False"
 

@@ -1,4 +1,7 @@
-"""SPEC section 4: every bad input raises the documented type, naming the problem, early."""
+"""SPEC section 4: every bad input raises the documented type, naming the problem, early.
+
+The cases every backend shares are in tests/test_spec.py (run on each backend); these are the
+rest, on host arrays: more dtypes and operand kinds, read-only ``out``, device spellings."""
 
 
 import numpy as np
@@ -11,36 +14,18 @@ OUT = np.full((2, 3), 7, np.float32)
 
 CASES = [
     # (description, kwargs for jitops.subtract, exception, match)
-    ("mode", dict(x=X, y=X, broadcast="bidir"), ValueError, "broadcast must be one of"),
     ("mode type", dict(x=X, y=X, broadcast=None), ValueError, "broadcast must be one of"),
-    ("axis in numpy mode", dict(x=X, y=X[0], axis=0), ValueError, "axis applies only to"),
     ("axis in none mode", dict(x=X, y=X, broadcast="none", axis=1), ValueError, "axis applies"),
-    ("axis type", dict(x=X, y=X[0], broadcast="pdpd", axis="1"), TypeError, "axis must be an int"),
-    ("axis too big", dict(x=X, y=X[0], broadcast="pdpd", axis=2), ValueError, r"out of range"),
     ("axis < -1", dict(x=X, y=X[0], broadcast="pdpd", axis=-2), ValueError, r"out of range"),
-    ("same rank axis", dict(x=X, y=X[:1], broadcast="pdpd", axis=1), ValueError, "same rank"),
-    ("numpy shapes", dict(x=X, y=np.ones(4, np.float32)), ValueError,
-     r"could not be broadcast together with shapes \(2,3\) \(4,\)"),
-    ("none shapes", dict(x=X, y=X[0], broadcast="none"), ValueError, "needs equal shapes"),
-    ("pdpd shapes", dict(x=X, y=np.ones(2, np.float32), broadcast="pdpd"), ValueError,
-     r"X shape \(2,3\) and Y shape \(2,\).*axis=1.*at dim 1 X has 3 but Y has 2"),
-    ("act name", dict(x=X, y=X, act="swish"), ValueError, "unknown act"),
-    ("act on ints", dict(x=X.astype(int), y=1, act="gelu"), TypeError, "floating-point result"),
     ("object dtype", dict(x=np.array([object()] * 3), y=X[0]), TypeError, "object dtype"),
-    ("string dtype", dict(x=np.array(["a", "b", "c"]), y=X[0]), TypeError, "string dtype"),
     ("datetime dtype", dict(x=np.array([np.datetime64("2020-01-01")] * 3), y=X[0]), TypeError,
      "datetime dtype"),
     ("timedelta", dict(x=np.array([np.timedelta64(1, "D")] * 3), y=X[0]), TypeError,
      "timedelta dtype"),
     ("None operand", dict(x=None, y=X), TypeError, "object dtype"),
     ("dict operand", dict(x={"a": 1}, y=X), TypeError, "object dtype"),
-    ("ragged list", dict(x=[[1, 2], [3]], y=X), TypeError, "cannot be converted"),
-    ("bool subtract", dict(x=np.ones(3, bool), y=True), TypeError, "boolean subtract"),
-    ("out shape", dict(x=X, y=X, out=np.zeros((3, 2), np.float32)), ValueError, "out has shape"),
-    ("out dtype", dict(x=X, y=X, out=np.zeros((2, 3), np.float64)), TypeError, "out has dtype"),
     ("out read-only", dict(x=X, y=X, out="readonly"), ValueError, "read-only"),
     ("out not array", dict(x=X, y=X, out=[0] * 6), TypeError, "out must be a numpy.ndarray"),
-    ("device", dict(x=X, y=X, device="tpu"), ValueError, "device must be"),
     ("device type", dict(x=X, y=X, device=0), TypeError, "device must be"),
 ]
 
@@ -64,7 +49,7 @@ def test_bad_input(desc, kw, exc, match):
 
 
 def test_cuda_without_gpu_is_a_runtime_error_not_a_fallback():
-    from jitops._device import cuda_unavailable_reason
+    from jitops.core.device import cuda_unavailable_reason
 
     if cuda_unavailable_reason() is None:
         pytest.skip("a real GPU is present")
