@@ -1,7 +1,7 @@
 """An independent, slow, pure-Python reference for Paddle's pdpd broadcasting.
 
 Written from ../shared/conformance/SEMANTICS.md section 2 (what paddlepaddle 3.3.1 really
-does), deliberately without looking at jitops._plan: it pads the lower-rank shape with 1s on
+does), deliberately without looking at jitops.core.plan: it pads the lower-rank shape with 1s on
 both sides the way Paddle's GetBroadcastDimsArrays does, then walks every output index by hand.
 """
 

@@ -91,7 +91,7 @@ _MINMAX = frozenset({"maximum", "minimum", "fmax", "fmin"})
 
 
 def implementation(op: str, result: np.dtype) -> str:
-    """The scalar-table entry (:mod:`jitops._scalar`) that computes ``op`` for this result dtype.
+    """The scalar-table entry (:mod:`jitops.core.scalar`) computing ``op`` for this result dtype.
 
     Where NumPy's answer depends on the dtype, so does the entry: complex multiply and divide
     are NumPy's own algorithms (fused or not, as NumPy is on this CPU), float16 min/max keep

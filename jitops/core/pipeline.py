@@ -36,7 +36,7 @@ from .dtypes import (
     resolve,
     weak_scalar_dtype,
 )
-from .plan import Plan, check_axis_type, make_plan, normalize_mode
+from .plan import Plan, align_all, check_axis_type, make_plan, normalize_mode
 from .scalar import ACT_NAMES
 
 WEAK = frozenset(WEAK_SCALARS)
@@ -52,6 +52,7 @@ class Memory(Protocol):
     """
 
     name: str
+    array_kind: str                                   # how messages call them
 
     def owns(self, v: Any) -> bool: ...              # one of this backend's arrays
     def dtype(self, a: Any) -> np.dtype: ...
@@ -189,6 +190,13 @@ def same_view(mem: Memory, a, b) -> bool:
             and mem.address(a) == mem.address(b))
 
 
+def in_place(mem: Memory, a) -> bool:
+    """Whether the kernels can address ``a`` as it is: element strides, aligned data."""
+    dt = mem.dtype(a)
+    return (element_strides(mem.strides(a), dt.itemsize) is not None
+            and mem.address(a) % dt.alignment == 0)
+
+
 def _plan_of(mem: Memory, arrays, mode: str, axis: int, out_strides=None) -> Plan:
     shapes = tuple(mem.shape(a) for a in arrays)
     strides = tuple(element_strides(mem.strides(a), mem.dtype(a).itemsize) for a in arrays)
@@ -200,8 +208,8 @@ def check_out(mem: Memory, out, shape, dtype: np.dtype, fname: str) -> None:
     with no element written twice."""
     refuse_masked(out, "out", fname)
     if not mem.owns(out):
-        kind = "a numpy.ndarray" if mem.name == "cpu" else "a CUDA array"
-        raise TypeError(f"jitops.{fname}: out must be {kind}, got {type(out).__name__}")
+        raise TypeError(f"jitops.{fname}: out must be {mem.array_kind}, got "
+                        f"{type(out).__name__}")
     oshape = mem.shape(out)
     if oshape != shape:
         raise ValueError(f"jitops.{fname}: out has shape {oshape}, but the result has shape "
@@ -217,6 +225,11 @@ def check_out(mem: Memory, out, shape, dtype: np.dtype, fname: str) -> None:
             f"jitops.{fname}: out has internal overlap (a zero stride on a dimension of size > 1): "
             "more than one element of the written-to array refers to a single memory location"
         )
+
+
+def _operand_names(n: int) -> tuple[str, ...]:
+    """How messages call the operands: x and y for the binary ops, else by position."""
+    return ("x", "y") if n == 2 else tuple(f"operand {i}" for i in range(n))
 
 
 def _dtypes(op: str, operands, kinds, fname: str, act):
@@ -236,8 +249,7 @@ def prepare(mem: Memory, op: str, fname: str, operands: tuple, mode: str, axis: 
     ``mode``, ``axis`` and ``act`` come from :func:`normalize`. Raises before anything is
     written.
     """
-    names = ("x", "y") if len(operands) == 2 else tuple(f"operand {i}" for i in
-                                                         range(len(operands)))
+    names = _operand_names(len(operands))
     vals, kinds = [], []
     for v, name in zip(operands, names):
         refuse_masked(v, name, fname)
@@ -263,10 +275,7 @@ def prepare(mem: Memory, op: str, fname: str, operands: tuple, mode: str, axis: 
     target = out
     if out is not None:
         check_out(mem, out, plan.out_shape, dt.result, fname)
-        ostr = element_strides(mem.strides(out), mem.dtype(out).itemsize)
-        ready = mem.ready(out)
-        target = out if ready is out and ostr is not None else mem.empty(plan.out_shape,
-                                                                        dt.result, None)
+        target = out if in_place(mem, out) else mem.empty(plan.out_shape, dt.result, None)
         # NumPy's answer for overlapping operands is the answer computed from the inputs as
         # they were before the call: an exact alias runs in place (each element is read before
         # it is written); any other overlap reads from a copy (CuPy's _copy_in_args_if_needed).
@@ -291,16 +300,13 @@ def prepare_lazy(op: str, fname: str, operands: tuple, mode: str, axis: int, act
     ``is_lazy(v)`` recognises the lazy arrays and ``shape_of(v, name, fname)`` gives their shape
     (raising when unknown); the rest of the pipeline runs on each chunk.
     """
-    from .plan import align_all
-
     if out is not None:
         raise TypeError(f"jitops.{fname}: out= is not supported with Dask inputs (the result "
                         "is a new lazy Dask array; store it with dask.array.store)")
     if device is not None and str(device).strip().lower() != "cpu":
         raise TypeError(f"jitops.{fname}: device={device!r} is not supported with Dask inputs "
                         "(their chunks run on jitops' CPU kernels)")
-    names = ("x", "y") if len(operands) == 2 else tuple(f"operand {i}" for i in
-                                                         range(len(operands)))
+    names = _operand_names(len(operands))
     vals, kinds, shapes = [], [], []
     for v, name in zip(operands, names):
         if type(v) in WEAK:

@@ -323,8 +323,11 @@ def _best_order(shape: Shape, operands: list[Strides]) -> list[int]:
     return perm[::-1]
 
 
-def _contiguous_strides(shape: Shape, order: list[int]) -> Strides:
-    """Strides of a dense array whose dims, slowest-first, are ``order``."""
+def contiguous_strides(shape: Shape, order=None) -> Strides:
+    """Element strides of a dense array whose dims, slowest-first, are ``order`` (C order by
+    default): NumPy's, size-1 dims included."""
+    if order is None:
+        order = range(len(shape))
     st = [0] * len(shape)
     acc = 1
     for d in reversed(order):
@@ -380,7 +383,7 @@ def make_plan(
         size *= n
     if out_strides is None:
         order = _best_order(out_shape, ins)
-        os_ = _contiguous_strides(out_shape, order)
+        os_ = contiguous_strides(out_shape, order)
     else:
         os_ = tuple(0 if n == 1 else s for n, s in zip(out_shape, out_strides))
         order = _best_order(out_shape, [os_, *ins])

@@ -37,7 +37,7 @@ def fma(a, b, c):
     """``a * b + c`` rounded once (fused multiply-add).
 
     Plain Python here; each backend compiles it to its hardware instruction (the CPU through
-    LLVM's ``llvm.fma``, see :mod:`jitops._spec`; CUDA through ``cuda.fma``).
+    LLVM's ``llvm.fma``, see :mod:`jitops.cpu.spec`; CUDA through ``cuda.fma``).
     """
     return a * b + c
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
+from ..core.plan import contiguous_strides
 from . import kernels, parallel
 from .spec import KernelSpec
 
@@ -29,17 +30,9 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _c_strides(shape):
-    st, acc = [], 1
-    for n in reversed(shape):
-        st.append(acc if n != 1 else 0)
-        acc *= n
-    return tuple(reversed(st))
-
-
 def _byte_layout(shape, elem_strides, dtype: np.dtype) -> tuple[int, ...] | None:
     """Byte strides of a new array with these element strides, or None for plain C order."""
-    if elem_strides is None or len(shape) <= 1 or tuple(elem_strides) == _c_strides(shape):
+    if elem_strides is None or len(shape) <= 1 or tuple(elem_strides) == contiguous_strides(shape):
         return None
     return tuple(s * dtype.itemsize for s in elem_strides)
 
@@ -55,6 +48,7 @@ class HostMemory:
     """NumPy arrays, for :func:`jitops.core.pipeline.prepare`."""
 
     name = "cpu"
+    array_kind = "a numpy.ndarray"
 
     @staticmethod
     def owns(v) -> bool:
@@ -138,7 +132,7 @@ class Launch:
                  "x_dtype", "y_dtype")
 
     def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
-        self.x_dtype, self.y_dtype = np.dtype(spec.x), np.dtype(spec.y)  # weak scalars become
+        self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         kernel = kernels.KERNELS["parallel" if self.parallel else "serial"]
         self.entry = entry_point(kernel)

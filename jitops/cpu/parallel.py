@@ -117,8 +117,8 @@ def _decide() -> tuple[int, bool, bool, str]:
         d = _decision
         if d is not None and d[0] == os.getpid():
             return d
-        foreign = openmp_runtimes() if not _numba_layer_started() else []
         started_before = _numba_layer_started()
+        foreign = [] if started_before else openmp_runtimes()
         numba.get_num_threads()  # starts Numba's threading layer if nobody did
         layer = numba.threading_layer()
         parallel, why = True, f"{layer}: parallel"

@@ -9,7 +9,7 @@ embed addresses, and the cache would grow by one entry per process).
 
 The overloads below turn a spec into code at compile time: typed data pointers, the load
 (float16 bits -> float32, otherwise a cast to the compute type), the scalar op and activation
-from :mod:`jitops._scalar`, and the store (float32 -> float16 bits, bool -> 0/1).
+from :mod:`jitops.core.scalar`, and the store (float32 -> float16 bits, bool -> 0/1).
 """
 
 from __future__ import annotations

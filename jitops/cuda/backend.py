@@ -16,8 +16,8 @@ import numpy as np
 from numba import cuda
 
 from ..core.device import is_cuda_array
-from ..core.pipeline import PreparedCall, element_strides
-from ..core.plan import CONTIG, make_plan
+from ..core.pipeline import PreparedCall, element_strides, in_place
+from ..core.plan import CONTIG, contiguous_strides, make_plan
 from . import kernels
 from .kernels import SIMULATOR
 
@@ -28,11 +28,7 @@ def _host(a) -> np.ndarray | None:
 
 
 def _c_byte_strides(shape, itemsize: int) -> tuple[int, ...]:
-    st, acc = [], itemsize
-    for n in reversed(shape):
-        st.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(st))
+    return tuple(s * itemsize for s in contiguous_strides(tuple(shape)))
 
 
 def _interface(a) -> dict:
@@ -43,8 +39,8 @@ class CudaMemory:
     """CUDA arrays (anything with ``__cuda_array_interface__``, or the simulator's), for
     :func:`jitops.core.pipeline.prepare`."""
 
-    def __init__(self, name: str):
-        self.name = name
+    name = "cuda"
+    array_kind = "a CUDA array"
 
     @staticmethod
     def owns(v) -> bool:
@@ -91,8 +87,7 @@ class CudaMemory:
         dt = self.dtype(a)
         if not dt.isnative:  # rare: converted through the host
             return self.from_host(self.to_host(a).astype(dt.newbyteorder("=")))
-        if element_strides(self.strides(a), dt.itemsize) is None or \
-                self.address(a) % dt.alignment:
+        if not in_place(self, a):
             return self.from_host(self.to_host(a))
         return a if SIMULATOR or _is_numba(a) else cuda.as_cuda_array(a)
 
@@ -186,8 +181,12 @@ def _small(plan, blocks: int, tpb: int) -> bool:
     return plan.size + blocks * tpb < 2**31
 
 
+MEMORY = CudaMemory()
+
+
 def memory(where: str) -> CudaMemory:
-    return CudaMemory(where)
+    """The pipeline's view of CUDA arrays (the same on every GPU: arrays carry their own)."""
+    return MEMORY
 
 
 def on_device(where: str):
@@ -200,17 +199,15 @@ def launch(call: PreparedCall) -> None:
     """Run a prepared call on the GPU (the pipeline made every operand a device array)."""
     if not call.plan.size:
         return
-    mem = CudaMemory("cuda")
     x, y = call.inputs
-    loops = kernels.elementwise(call.impl, call.act, mem.dtype(x).name, mem.dtype(y).name,
+    loops = kernels.elementwise(call.impl, call.act, MEMORY.dtype(x).name, MEMORY.dtype(y).name,
                                 call.dtypes.result.name, call.dtypes.compute.name)
     _run(loops, call.plan, call.target, x, y)
 
 
 def _run(loops, plan, out, x, y) -> None:
     """Launch ``loops`` (contig, strided) over ``plan`` for device arrays out, x, y."""
-    mem = CudaMemory("cuda")
-    flats = [_flat(mem, a) for a in (out, x, y)]
+    flats = [_flat(MEMORY, a) for a in (out, x, y)]
     blocks, tpb = kernels.launch_config(plan.size)
     starts = [b + o for (_, b), o in zip(flats, plan.iter_offsets)]
     contig, strided = loops
