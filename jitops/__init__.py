@@ -11,10 +11,12 @@ from .cpu import parallel as _parallel
 
 _parallel.configure()  # before anything can launch a parallel kernel
 
+from . import act  # noqa: E402
 from .core.pipeline import ScalarOverflowError  # noqa: E402
 from .core.plan import result_shape  # noqa: E402
 from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
 from .cpu.parallel import threading_layer  # noqa: E402
+from .fusion import ElementwiseOp, elementwise  # noqa: E402
 from .ops import (  # noqa: E402
     add,
     divide,
@@ -40,5 +42,6 @@ __all__ = [
     "add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
     "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
     "elementwise_max", "elementwise_min", "elementwise_fmax", "elementwise_fmin",
+    "elementwise", "ElementwiseOp", "act",
     "result_shape", "threading_layer", "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

@@ -60,10 +60,10 @@ def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out
                     if launch.run(target, x, y, fname, out) == cpu.OK:
                         return target
                     key = None  # misaligned or overlapping this time: the careful path
-            return _call(op, fname, x, y, broadcast, axis, act, out, device, key)
+            return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
         if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
             return _with_scalar(op, fname, x, y, broadcast, axis, act, out, device)
-    return _call(op, fname, x, y, broadcast, axis, act, out, device, None)
+    return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
 
 
 def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
@@ -71,31 +71,35 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
     key = (op, broadcast, axis, act, _geometry(x), _geometry(y))
     if out is not None:
         if type(out) is not _ND or not out.flags.writeable:
-            return _call(op, fname, x, y, broadcast, axis, act, out, device, None)
+            return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
         key += (out.dtype, out.shape, out.strides)
     try:
         launch = _FAST.get(key)
     except TypeError:  # unhashable broadcast or act: the pipeline says what is wrong
-        return _call(op, fname, x, y, broadcast, axis, act, out, device, None)
+        return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
     if launch is not None:
         try:
             xa = x if type(x) is _ND else np.asarray(x, launch.x_dtype)
             ya = y if type(y) is _ND else np.asarray(y, launch.y_dtype)
         except OverflowError:  # an int that does not fit: the pipeline raises it properly
-            return _call(op, fname, x, y, broadcast, axis, act, out, device, None)
+            return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
         if launch.run(target, xa, ya, fname, out) == cpu.OK:
             return target
         key = None
-    return _call(op, fname, x, y, broadcast, axis, act, out, device, key)
+    return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
 
 
-def _call(op, fname, x, y, broadcast, axis, act, out, device, key):
+def call_user(op, operands: tuple, broadcast, axis, out, device):
+    """A user op (jitops.fusion.ElementwiseOp) on its operands: the same pipeline."""
+    return _call(op, op.__name__, operands, broadcast, axis, None, out, device, None)
+
+
+def _call(op, fname, operands, broadcast, axis, act, out, device, key):
     """The pipeline, then the backend; ``key`` is where to remember a CPU launch (or None)."""
     mode, axis, act = normalize(broadcast, axis, act, fname)
     parse(device)  # a malformed device= is refused whatever the operands
-    operands = (x, y)
-    if dask.is_dask_array(x) or dask.is_dask_array(y):
+    if any(dask.is_dask_array(v) for v in operands):
         lazy = prepare_lazy(op, fname, operands, mode, axis, act, out, device,
                             dask.is_dask_array, dask.known_shape)
         return dask.run(lazy, functools.partial(chunk, op, fname, act))
@@ -119,7 +123,7 @@ def _call(op, fname, x, y, broadcast, axis, act, out, device, key):
         return call.finish(memory)
 
 
-def chunk(op: str, fname: str, act: str | None, *blocks):
+def chunk(op, fname: str, act: str | None, *blocks):
     """One output block of a Dask call: the host path of the same op (module-level, so it is
     pickled by reference to Dask's workers, which import jitops themselves).
 
@@ -128,7 +132,9 @@ def chunk(op: str, fname: str, act: str | None, *blocks):
     ``da.subtract`` on a two-worker cluster with nested threads, against 1.x without).
     """
     with parallel.serial():
-        return call_op(op, fname, *blocks, "numpy", -1, act, None, None)
+        if isinstance(op, str):
+            return call_op(op, fname, *blocks, "numpy", -1, act, None, None)
+        return _call(op, fname, blocks, "numpy", -1, None, None, None, None)
 
 
 def clear() -> None:

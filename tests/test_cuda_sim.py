@@ -1,4 +1,5 @@
-"""Run tests/cuda and the shared spec table (tests/test_spec.py, on the ``cuda`` backend) under
+"""Run tests/cuda, the shared spec table (tests/test_spec.py) and the user-op tests
+(tests/test_user_ops.py), on the ``cuda`` backend, under
 Numba's CUDA simulator, in a fresh process (the switch must be set before numba is imported),
 and the no-GPU error path in this one."""
 
@@ -21,7 +22,8 @@ def test_cuda_kernels_on_the_simulator():
                JITOPS_CUDA_THREADS_PER_BLOCK="32")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                           "-W", "ignore::RuntimeWarning", os.path.join(HERE, "cuda"),
-                          os.path.join(HERE, "test_spec.py")], env=env, capture_output=True,
+                          os.path.join(HERE, "test_spec.py"),
+                          os.path.join(HERE, "test_user_ops.py")], env=env, capture_output=True,
                          text=True, timeout=900, cwd=os.path.dirname(HERE))
     tail = res.stdout[-4000:] + res.stderr[-2000:]
     assert res.returncode == 0, tail

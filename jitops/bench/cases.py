@@ -140,6 +140,60 @@ def _relu():
     return c, 3 * x.nbytes
 
 
+@jitops.elementwise
+def axpb(x, w, b):
+    """The user op of the fusion rows: one pass over memory for ``x * w + b``."""
+    return x * w + b
+
+
+def _user_xwb():
+    """x * w + b with w, b per channel (pdpd axis 1): NumPy and PyTorch run it as two ops
+    into ``out`` (their best without temporaries), numexpr as one blocked expression."""
+    x = _rand((32, 64, 56, 56), seed=1)
+    w, b = _rand(64, seed=2), _rand(64, seed=3)
+    w3, b3 = w.reshape(64, 1, 1), b.reshape(64, 1, 1)
+    o = np.empty_like(x)
+
+    def numpy_two():
+        np.multiply(x, w3, out=o)
+        np.add(o, b3, out=o)
+
+    c = {"jitops": lambda: axpb(x, w, b, broadcast="pdpd", axis=1, out=o), "numpy": numpy_two}
+    if torch is not None:
+        tx, tw, tb, to = _t(x, w3, b3, o)
+
+        def torch_two():
+            torch.mul(tx, tw, out=to)
+            to.add_(tb)
+
+        c["torch"] = torch_two
+    if numexpr is not None:
+        c["numexpr"] = _ne("x * w + b", out=o, x=x, w=w3, b=b3)
+    return c, 2 * x.nbytes
+
+
+def _user_abc():
+    a, b, cc = _rand(10**7, seed=1), _rand(10**7, seed=2), _rand(10**7, seed=3)
+    o = np.empty_like(a)
+
+    def numpy_two():
+        np.multiply(a, b, out=o)
+        np.add(o, cc, out=o)
+
+    c = {"jitops": lambda: axpb(a, b, cc, out=o), "numpy": numpy_two}
+    if torch is not None:
+        ta, tb, tc, to = _t(a, b, cc, o)
+
+        def torch_two():
+            torch.mul(ta, tb, out=to)
+            to.add_(tc)
+
+        c["torch"] = torch_two
+    if numexpr is not None:
+        c["numexpr"] = _ne("a * b + c", out=o, a=a, b=b, c=cc)
+    return c, 4 * a.nbytes
+
+
 def _overhead():
     x, y, o = np.ones(8), np.full(8, 2.0), np.empty(8)
     return _subtract_into(x, y, o), 3 * x.nbytes
@@ -161,6 +215,10 @@ CASES = [
     Case("scalar", "X(1e7) - 3.0, out=", _scalar, {"numpy": 1.0}),
     Case("transposed", "X.T - Y, both 4096^2, out=", _transposed, {"numpy": 3.0}, rounds=21),
     Case("relu_fused", "relu(x - y) fused, 1e7 (NumPy: two passes)", _relu, {"numpy": 2.0}),
+    Case("user_xwb", "user op x * w + b, X(32,64,56,56), w, b (64,) pdpd axis 1, out=",
+         _user_xwb, {"numpy": 3.0, "numexpr": 1.5, "torch": 1.3}),
+    Case("user_abc", "user op a * b + c, three 1e7 arrays, out=", _user_abc,
+         {"numpy": 2.0, "numexpr": 1.3}),
     Case("overhead", "call overhead, 8 float64 elements, out=", _overhead, {"numpy": 0.2},
          note="target: at most 5x NumPy's time per call"),
 ]

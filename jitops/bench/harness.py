@@ -139,12 +139,31 @@ jitops.subtract(big, big)  # the parallel driver: compiled once per machine, the
 t5 = time.perf_counter()
 jitops.add(big, np.ones(1 << 18, np.int8))  # a new signature on an array above the threshold
 t6 = time.perf_counter()
-stats = [k.stats for k in _cpu.KERNELS.values()]
+import os
+sys.path.insert(0, os.environ["JITOPS_BENCH_USER_DIR"])
+import jitops_bench_user_op as _u  # a module-level user op (jitops.elementwise)
+from jitops.cpu import nary as _nary
+t7 = time.perf_counter()
+_u.fused(x, x, x)  # compiled the first time, from the disk cache afterwards
+t8 = time.perf_counter()
+stats = [k.stats for k in (*_cpu.KERNELS.values(), _nary._utask_cached,
+                           _nary._ukernel_serial)]
 hits = sum(sum(s.cache_hits.values()) for s in stats)
 misses = sum(sum(s.cache_misses.values()) for s in stats)
 print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_signature_s": t4 - t3,
                   "parallel_driver_s": t5 - t4, "parallel_signature_s": t6 - t5,
+                  "user_op_s": t8 - t7,
                   "cache_hits": hits, "cache_misses": misses}))
+"""
+
+
+_USER_OP = """
+import jitops
+
+
+@jitops.elementwise
+def fused(x, w, b):
+    return jitops.act.relu(x * w + b)
 """
 
 
@@ -157,8 +176,11 @@ def _fresh_process(env: dict[str, str]) -> dict:
 def cold_start(repeats: int = 3) -> dict:
     """Import time, compile time of new signatures, and first-call time with a warm disk cache,
     each in a fresh interpreter with its own empty kernel cache directory."""
-    with tempfile.TemporaryDirectory(prefix="jitops-bench-cache-") as d:
-        env = dict(os.environ, JITOPS_CACHE_DIR=d)
+    with tempfile.TemporaryDirectory(prefix="jitops-bench-cache-") as d, \
+            tempfile.TemporaryDirectory(prefix="jitops-bench-user-") as u:
+        with open(os.path.join(u, "jitops_bench_user_op.py"), "w") as f:
+            f.write(_USER_OP)
+        env = dict(os.environ, JITOPS_CACHE_DIR=d, JITOPS_BENCH_USER_DIR=u)
         compiled = _fresh_process(env)  # empty cache: both signatures compile
         files_after_first = _count_files(d)
         warm = [_fresh_process(env) for _ in range(repeats)]
@@ -171,6 +193,8 @@ def cold_start(repeats: int = 3) -> dict:
         "compile_parallel_driver_s": compiled["parallel_driver_s"],
         "cached_parallel_first_call_s": median([w["parallel_signature_s"] for w in warm]),
         "cached_first_call_s": median([w["first_call_s"] for w in warm]),
+        "compile_user_op_s": compiled["user_op_s"],
+        "cached_user_op_s": median([w["user_op_s"] for w in warm]),
         "cached_runs": repeats,
         "cached_cache_hits": min(w["cache_hits"] for w in warm),
         "cached_cache_misses": max(w["cache_misses"] for w in warm),

@@ -79,6 +79,11 @@ def markdown(result: dict) -> str:
             f"| compile, a new signature on a large array (parallel kernel) "
             f"| {c['compile_new_parallel_signature_s']:.3f} s | ≤ 1 s "
             f"| {'✅' if c['compile_new_parallel_signature_s'] <= 1 else '❌'} |",
+            f"| compile, a new user op (`relu(x * w + b)`, `jitops.elementwise`) "
+            f"| {c['compile_user_op_s']:.3f} s | ≤ 1 s "
+            f"| {'✅' if c['compile_user_op_s'] <= 1 else '❌'} |",
+            f"| first call of that user op in a new process (disk cache) "
+            f"| {c['cached_user_op_s']:.3f} s | - | |",
             f"| first call, parallel kernel from the disk cache "
             f"| {c['cached_parallel_first_call_s']:.3f} s | ≤ 0.2 s "
             f"| {'✅' if c['cached_parallel_first_call_s'] <= 0.2 else '❌'} |",

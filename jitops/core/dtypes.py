@@ -135,6 +135,29 @@ def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.d
     return loop[0] if weak[0] else loop[1]
 
 
+_KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
+
+
+def user_result(common: np.dtype, returned: np.dtype) -> np.dtype:
+    """The result dtype of a user op (``jitops.elementwise``) whose inputs promote to
+    ``common`` and whose scalar function returns ``returned`` for them (in Numba's typing).
+
+    Python literals in the function are *weak*, as NumPy 2 treats them: a return of the same
+    or a lower kind (bool < integer < float < complex) than the inputs keeps the inputs' dtype
+    (``x * 0.5`` on float32 is float32, ``a + b`` on int32 wraps in int32 although Numba
+    computes integers in 64 bits, float16 inputs give float16). A higher kind is the function's
+    own: integer inputs divided give float64, float inputs times ``1j`` the complex of their
+    precision. A bool return (a comparison) is always bool.
+    """
+    if returned.kind == "b":
+        return returned
+    if _KIND_RANK[returned.kind] <= _KIND_RANK[common.kind]:
+        return common
+    if returned.kind == "c" and common.kind == "f":
+        return np.dtype(np.complex128 if common == np.float64 else np.complex64)
+    return returned
+
+
 def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTypes:
     """Result and compute dtypes for ``op`` on these operands (arrays or weak Python scalars).
 

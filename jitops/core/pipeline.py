@@ -46,6 +46,16 @@ class ScalarOverflowError(OverflowError, ValueError):
     """A Python integer that does not fit the operation's dtype (NumPy raises OverflowError)."""
 
 
+class UserOp(Protocol):
+    """A user op (``jitops.elementwise``) as the pipeline sees it: its result dtype for the
+    inputs' promoted and compute dtypes (a backend's compiler answers; TypeError when the
+    function cannot be compiled for them)."""
+
+    __name__: str
+
+    def result_dtype(self, common: np.dtype, compute: np.dtype, fname: str) -> np.dtype: ...
+
+
 class Memory(Protocol):
     """What the pipeline needs to know about one backend's arrays (see jitops.cpu.backend and
     jitops.cuda.backend). Strides are in bytes, as NumPy and the CUDA Array Interface give them.
@@ -73,7 +83,8 @@ class PreparedCall:
     """A call with every decision made; a backend launches ``impl`` over ``plan``."""
 
     fname: str                 # the public name, for messages
-    impl: str                  # the scalar-table entry (jitops.core.dtypes.implementation)
+    impl: str | UserOp         # the scalar-table entry (jitops.core.dtypes.implementation),
+                               # or the user op itself
     act: str | None
     dtypes: DTypes
     inputs: tuple              # the backend's arrays, kernel-ready, overlap copies made
@@ -95,7 +106,7 @@ class LazyCall:
     """A call on Dask operands: dtypes, shapes and errors settled now; chunks computed later."""
 
     fname: str
-    op: str
+    op: str | UserOp
     act: str | None
     dtypes: DTypes
     operands: tuple            # each reshaped to its frame in the output's rank
@@ -232,16 +243,20 @@ def _operand_names(n: int) -> tuple[str, ...]:
     return ("x", "y") if n == 2 else tuple(f"operand {i}" for i in range(n))
 
 
-def _dtypes(op: str, operands, kinds, fname: str, act):
-    """(kernel op, DTypes, dtype each weak scalar becomes) for two operands; ``kinds`` are
-    dtypes, or the weak scalars themselves."""
+def _dtypes(op: str | UserOp, operands, kinds, fname: str, act):
+    """(kernel op, DTypes, dtype each weak scalar becomes); ``kinds`` are dtypes, or the weak
+    scalars themselves. A built-in op follows its NumPy loop table; a user op promotes its
+    inputs together (NumPy 2) and computes in that dtype (float16 in float32)."""
     common = np.result_type(*kinds)  # checked dtypes always promote
+    if not isinstance(op, str):
+        compute = np.dtype(np.float32) if common == np.float16 else common
+        return op, DTypes(op.result_dtype(common, compute, fname), compute), common
     kop = kernel_op(op, common)
     dt = resolve(kop, *kinds, fname, act)
     return kop, dt, weak_scalar_dtype(kop, *kinds, common)
 
 
-def prepare(mem: Memory, op: str, fname: str, operands: tuple, mode: str, axis: int,
+def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: str, axis: int,
             act: str | None, out) -> PreparedCall:
     """Turn a call of ``op`` into a :class:`PreparedCall` for the backend ``mem`` describes.
 
@@ -289,11 +304,12 @@ def prepare(mem: Memory, op: str, fname: str, operands: tuple, mode: str, axis: 
         target = mem.empty(plan.out_shape, dt.result, plan.out_strides)
     as_given = (all(a is v or type(v) in WEAK for a, v in zip(inputs, operands))
                 and (out is None or target is out) and kop != "trunc_divide")
-    return PreparedCall(fname, implementation(kop, dt.result), act, dt, tuple(inputs), plan,
-                        target, out, as_given)
+    impl = implementation(kop, dt.result) if isinstance(kop, str) else kop
+    return PreparedCall(fname, impl, act, dt, tuple(inputs), plan, target, out, as_given)
 
 
-def prepare_lazy(op: str, fname: str, operands: tuple, mode: str, axis: int, act: str | None,
+def prepare_lazy(op: str | UserOp, fname: str, operands: tuple, mode: str, axis: int,
+                 act: str | None,
                  out, device, is_lazy, shape_of) -> LazyCall:
     """The part of :func:`prepare` a lazy (Dask) call can do now: dtypes, shapes, errors.
 
@@ -321,7 +337,10 @@ def prepare_lazy(op: str, fname: str, operands: tuple, mode: str, axis: int, act
         vals.append(v)
         kinds.append(dt)
         shapes.append(shape_of(v, name, fname))
-    _, dt, _ = _dtypes(op, vals, kinds, fname, act)
+    _, dt, weak = _dtypes(op, vals, kinds, fname, act)
+    for v in vals:  # an int that does not fit raises now, as for arrays, not in a chunk
+        if type(v) in WEAK:
+            weak_to_array(v, weak, fname)
     out_shape, frames = align_all(shapes, mode, axis)  # the planner's errors, now
     framed = tuple(v if type(v) in WEAK or f == s else v.reshape(f)
                    for v, s, f in zip(vals, shapes, frames))

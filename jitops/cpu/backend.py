@@ -17,7 +17,7 @@ import numpy as np
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import contiguous_strides
-from . import kernels, parallel
+from . import kernels, nary, parallel
 from .spec import KernelSpec
 
 _I64 = numba.types.int64
@@ -110,14 +110,15 @@ ref = id if kernels.DATA_OFFSET >= 0 else _address
 
 _ENTRIES: dict = {}
 _SIG = (_I64,) * 5
+_SIG3 = (_I64,) * 3
 
 
-def entry_point(kernel):
+def entry_point(kernel, sig=_SIG):
     """The compiled driver (one signature for every op and dtype; compiled or loaded once)."""
     e = _ENTRIES.get(kernel)
     if e is None:
-        kernel.compile(_SIG)
-        e = _ENTRIES[kernel] = kernel.overloads[_SIG].entry_point
+        kernel.compile(sig)
+        e = _ENTRIES[kernel] = kernel.overloads[sig].entry_point
     return e
 
 
@@ -176,8 +177,9 @@ def launch(call: PreparedCall) -> Launch | None:
     """Run a prepared call; returns its :class:`Launch` (None when there is nothing to do)."""
     if not call.plan.size:
         return None
-    if call.plan.n_inputs != 2:
-        raise NotImplementedError("the CPU kernels take two inputs")
+    if not isinstance(call.impl, str):
+        _launch_user(call)
+        return None
     x, y = call.inputs
     t = call.target
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
@@ -196,6 +198,42 @@ def launch(call: PreparedCall) -> Launch | None:
     return result
 
 
+@lru_cache(maxsize=4096)
+def _user_meta(plan, threads: int) -> np.ndarray:
+    return nary.build_meta(plan)
+
+
+def _run(entry, serial_entry, parallel_size: bool, *args) -> int:
+    """Run a driver under the process's threading policy (jitops.cpu.parallel)."""
+    if parallel_size and parallel.parallel_allowed():
+        return parallel.launch_parallel(entry, *args)
+    return serial_entry(*args)
+
+
+def _launch_user(call: PreparedCall) -> None:
+    """Run a user op (``jitops.elementwise``) on the N-input kernels (jitops.cpu.nary)."""
+    op = call.impl
+    spec = nary.UserSpec(op.key, tuple(a.dtype for a in call.inputs), call.dtypes.result,
+                         call.dtypes.compute, op.cacheable)
+    task = nary.task_address(spec)
+    meta = _user_meta(call.plan, parallel.num_threads())
+    # the operands' data addresses, out first; this array and meta live until the call returns
+    ptrs = np.array([_address(a) for a in (call.target, *call.inputs)], np.int64)
+    big = call.plan.size >= config.PARALLEL_THRESHOLD
+    status = _run(entry_point(nary.KERNELS["parallel"], _SIG3),
+                  entry_point(nary.KERNELS["serial"], _SIG3), big,
+                  task, _address(ptrs), _address(meta))
+    if status == kernels.TASK_FAILED:
+        where = "out is partly written" if call.out is not None else "no result is returned"
+        raise RuntimeError(
+            f"jitops.{call.fname}: the function raised an exception inside the compiled kernel "
+            f"(for example a complex division by zero, which Numba raises on), so some "
+            f"elements were not computed ({where})")
+    if status != kernels.OK:
+        raise RuntimeError(f"jitops.{call.fname}: internal error: kernel status {status}")
+
+
 def clear_launches() -> None:
     """Forget compiled launches (tests that change tunables)."""
     _launch_for.cache_clear()
+    _user_meta.cache_clear()

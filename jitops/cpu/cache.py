@@ -32,14 +32,16 @@ from numba.core.serialize import dumps
 from ..core import config as _config
 from ..core import sources
 
-#: The module whose functions are cached; its jitops imports, transitively, make the kernels.
-KERNEL_MODULE = "jitops.cpu.kernels"
+#: The modules whose functions are cached (the built-in kernels, the user-op kernels) and the
+#: activations user ops call; their jitops imports, transitively, make the kernels.
+KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.act")
 _stamp: str | None = None
 
 
 def stamped_files() -> list[str]:
     """The source files a cached kernel depends on (read from the imports, not listed)."""
-    return [sources.module_file(m) for m in sources.closure(KERNEL_MODULE)]
+    modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
+    return [sources.module_file(m) for m in modules]
 
 
 def source_stamp() -> str:

@@ -142,7 +142,7 @@ def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
 
 
 @intrinsic
-def _stack_odometer(typingctx):
+def stack_odometer(typingctx):
     """``MAX_DIMS`` int64 words on the calling function's stack (an ``alloca`` in its entry
     block), as a typed pointer.
 
@@ -170,7 +170,7 @@ def _task(spec, po, px, py, pmeta, t):
     """
     o, x, y = pointers(spec, po, px, py)
     meta = as_pointer(pmeta, _I64)
-    idx = _stack_odometer()  # this task's odometer (nd - 1 words used)
+    idx = stack_odometer()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
     so = _stride(meta, nd, OUT, nd - 1)
@@ -305,17 +305,17 @@ def _drive(task, oo, ox, oy, pmeta):
     return TASK_FAILED if failed else OK
 
 
-def _driver(name: str, parallel: bool):
-    """:func:`_drive` compiled as its own function ``name`` (its own name, so each driver has
-    its own entries in the on-disk cache)."""
-    code = _drive.__code__.replace(co_name=name, co_qualname=name)
-    fn = FunctionType(code, _drive.__globals__, name)
-    fn.__qualname__, fn.__doc__ = name, _drive.__doc__
-    return njit(parallel=parallel, **_JIT)(fn)
+def renamed(fn, name: str):
+    """``fn`` as a distinct Python function called ``name``: the same code compiled (and
+    cached on disk) under its own name, e.g. once with ``parallel=True`` and once without."""
+    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    new = FunctionType(code, fn.__globals__, name)
+    new.__qualname__, new.__doc__ = name, fn.__doc__
+    return new
 
 
-_kernel_parallel = _driver("_kernel_parallel", parallel=True)
-_kernel_serial = _driver("_kernel_serial", parallel=False)
+_kernel_parallel = njit(parallel=True, **_JIT)(renamed(_drive, "_kernel_parallel"))
+_kernel_serial = njit(parallel=False, **_JIT)(renamed(_drive, "_kernel_serial"))
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "task": _task}
@@ -336,15 +336,10 @@ def task_address(spec) -> int:
     return addr
 
 
-def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
-               data_offset: int | None = None, block: int | None = None,
-               tile: tuple[int, int] | None = None) -> np.ndarray:
-    """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
-
-    ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
-    checked, else None. ``same`` says whether x, y have out's exact shape and strides.
-    ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
-    """
+def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | None = None
+                  ) -> tuple[int, ...]:
+    """How a plan's iteration space is cut into tasks (every kernel family uses this):
+    ``(block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj)``."""
     if block is None:
         block = config.BLOCK
         if plan.size >= config.PARALLEL_THRESHOLD:
@@ -353,9 +348,8 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
             block = min(config.BLOCK, max(config.BLOCK_MIN, per_thread))
     ti, tj = tile or config.TILE
     shape = plan.iter_shape
-    nd = len(shape)
-    if nd > MAX_DIMS:  # NumPy itself stops at 64 dims; the task odometers hold that many
-        raise ValueError(f"jitops: at most {MAX_DIMS} dimensions are supported, got {nd}")
+    if len(shape) > MAX_DIMS:  # NumPy itself stops at 64 dims; the task odometers hold that many
+        raise ValueError(f"jitops: at most {MAX_DIMS} dimensions are supported, got {len(shape)}")
     inner = shape[-1]
     rows = 1
     for n in shape[:-1]:
@@ -373,10 +367,24 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
         nblk = 1
         rows_per_task = max(1, block // max(inner, 1))
         ntasks = -(-rows // rows_per_task) if inner else 0
+    return block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj
+
+
+def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
+               data_offset: int | None = None, block: int | None = None,
+               tile: tuple[int, int] | None = None) -> np.ndarray:
+    """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
+
+    ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
+    checked, else None. ``same`` says whether x, y have out's exact shape and strides.
+    ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
+    """
+    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(plan, block, tile)
+    shape = plan.iter_shape
     check = extents is not None
     lo = [e[0] for e in extents] if check else [0, 0, 0]
     hi = [e[1] for e in extents] if check else [0, 0, 0]
-    head = [nd, VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
+    head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
             *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
             *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj]
     assert len(head) == HDR

@@ -36,7 +36,7 @@ _BOOL = np.dtype(bool)
 _HALF = np.dtype(np.float16)
 
 
-def _storage(dt: np.dtype):
+def storage(dt: np.dtype):
     """Numba type of the memory words of dtype ``dt`` (bool is a byte, float16 two bytes)."""
     if dt == _BOOL:
         return types.uint8
@@ -114,7 +114,7 @@ def pointers(spec, po, px, py):
 def _ov_pointers(spec, po, px, py):
     if not isinstance(spec, KernelSpecType):
         return None
-    to, tx, ty = (_storage(np.dtype(n)) for n in (spec.out, spec.x, spec.y))
+    to, tx, ty = (storage(np.dtype(n)) for n in (spec.out, spec.x, spec.y))
 
     def impl(spec, po, px, py):
         return as_pointer(po, to), as_pointer(px, tx), as_pointer(py, ty)
@@ -139,7 +139,7 @@ def _identity(v):
 
 
 @njit
-def _to_bool_byte(v):
+def to_bool_byte(v):
     return types.uint8(1) if v != 0 else types.uint8(0)
 
 
@@ -170,13 +170,13 @@ def element(spec, a, b):
     """One output word from one x word and one y word (storage types in and out)."""
 
 
-def _loader(dtype: str):
+def load_word(dtype: str):
     """Storage word -> value: float16 bits widen to float32; a bool byte reads as 0 or 1
     whatever it holds (NumPy reads every nonzero byte as True); others as they are."""
     if dtype == "float16":
         return half_to_float
     if dtype == "bool":
-        return _to_bool_byte
+        return to_bool_byte
     return _identity
 
 
@@ -188,11 +188,11 @@ def _ov_element(spec, a, b):
     A = from_dtype(act_dtype(spec.act, np.dtype(spec.compute)))
     op = _jit(_scalar.OPS[spec.op])
     act = _jit(_scalar.ACTS[spec.act])
-    load_x, load_y = _loader(spec.x), _loader(spec.y)
+    load_x, load_y = load_word(spec.x), load_word(spec.y)
     if spec.out == "float16":
         store = float_to_half
     elif spec.out == "bool":
-        store = _to_bool_byte
+        store = to_bool_byte
     else:
         out_t = from_dtype(np.dtype(spec.out))
 

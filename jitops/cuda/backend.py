@@ -129,9 +129,9 @@ class CudaMemory:
             return
         size = self.dtype(src).itemsize
         st = element_strides(self.strides(src), size)
-        plan = make_plan((self.shape(src), self.shape(src)), (st, st), "none", -1,
+        plan = make_plan((self.shape(src),), (st,), "none", -1,
                          element_strides(self.strides(dst), size))
-        _run(kernels.copy(), plan, dst, src, src)
+        _run(kernels.copy(), plan, dst, src)
 
 
 def _is_numba(a) -> bool:
@@ -199,21 +199,25 @@ def launch(call: PreparedCall) -> None:
     """Run a prepared call on the GPU (the pipeline made every operand a device array)."""
     if not call.plan.size:
         return
-    x, y = call.inputs
-    loops = kernels.elementwise(call.impl, call.act, MEMORY.dtype(x).name, MEMORY.dtype(y).name,
-                                call.dtypes.result.name, call.dtypes.compute.name)
-    _run(loops, call.plan, call.target, x, y)
+    names = tuple(MEMORY.dtype(a).name for a in call.inputs)
+    if isinstance(call.impl, str):
+        loops = kernels.elementwise(call.impl, call.act, *names, call.dtypes.result.name,
+                                    call.dtypes.compute.name)
+    else:  # a user op: its scalar function, compiled for the GPU
+        loops = kernels.user_elementwise(call.impl.py_func, names, call.dtypes.result.name,
+                                         call.dtypes.compute.name)
+    _run(loops, call.plan, call.target, *call.inputs)
 
 
-def _run(loops, plan, out, x, y) -> None:
-    """Launch ``loops`` (contig, strided) over ``plan`` for device arrays out, x, y."""
-    flats = [_flat(MEMORY, a) for a in (out, x, y)]
+def _run(loops, plan, out, *inputs) -> None:
+    """Launch ``loops`` (contig, strided) over ``plan`` for device arrays out and inputs."""
+    flats = [_flat(MEMORY, a) for a in (out, *inputs)]
     blocks, tpb = kernels.launch_config(plan.size)
     starts = [b + o for (_, b), o in zip(flats, plan.iter_offsets)]
     contig, strided = loops
+    arrays = [f for f, _ in flats]
     if plan.variant == CONTIG and len(plan.iter_shape) == 1 and not any(starts):
-        contig[blocks, tpb](flats[0][0], flats[1][0], flats[2][0], plan.size)
+        contig[blocks, tpb](*arrays, plan.size)
     else:
-        strided[blocks, tpb](flats[0][0], flats[1][0], flats[2][0],
-                             _meta(plan, [b for _, b in flats]), plan.size,
+        strided[blocks, tpb](*arrays, _meta(plan, [b for _, b in flats]), plan.size,
                              _small(plan, blocks, tpb))

@@ -16,7 +16,10 @@ strides from the planner (negative strides included), exactly as on the CPU.
 
 The strided kernels read one int64 ``meta`` array::
 
-    [nd, shape (nd), strides of out, x, y (nd each), start offsets of out, x, y]
+    [nd, shape (nd), strides of out and of each input (nd each), start offsets of each]
+
+The loops are written for any number of inputs (the built-in ops have two, a user op of
+``jitops.elementwise`` one or more, the copies one).
 """
 
 from __future__ import annotations
@@ -93,57 +96,74 @@ def elementwise(op: str, act: str | None, x: str, y: str, out: str, compute: str
     def elem(a, b):
         return out_t(g(A(T(f(T(a), T(b), T))), A))
 
-    return _loops(elem)
+    return _loops(elem, 2)
+
+
+@functools.cache
+def user_elementwise(fn, inputs: tuple[str, ...], out: str, compute: str):
+    """The (contig, strided) kernels of a user op (``jitops.elementwise``): its scalar
+    function compiled as a device function, each input converted to the compute dtype and
+    the return value to the result dtype, as on the CPU (jitops.cpu.nary)."""
+    n = len(inputs)
+    args = ", ".join(f"a{k}" for k in range(1, n + 1))
+    conv = ", ".join(f"T(a{k})" for k in range(1, n + 1))
+    ns = {"T": from_dtype(np.dtype(compute)), "FN": _device_fn(fn),
+          "OUT": types.boolean if out == "bool" else from_dtype(np.dtype(out))}
+    exec(f"def elem({args}):\n    return OUT(FN({conv}))\n", ns)
+    return _loops(cuda.jit(device=True)(ns["elem"]), n)
 
 
 @functools.cache
 def copy():
-    """The (contig, strided) kernels of ``o = x`` (called with ``y = x``): bits as they are,
-    for the overlap policy's copies and a stand-in ``out``."""
+    """The (contig, strided) kernels of ``o = x``: bits as they are, for the overlap policy's
+    copies and a stand-in ``out``."""
 
     @cuda.jit(device=True)
-    def first(a, b):
+    def first(a):
         return a
 
-    return _loops(first)
+    return _loops(first, 1)
 
 
-def _loops(elem):
-    """Grid-stride loops around ``elem(a, b)``: a dense 1-D one and the strided N-d one."""
+def _loop_source(n: int) -> str:
+    """Source of the two grid-stride loops around ``elem(a1, ..., an)`` (``n`` inputs)."""
+    ins = range(1, n + 1)
+    arrays = ", ".join(f"a{k}" for k in ins)
+    L = [f"def contig(o, {arrays}, n):",
+         "    i = cuda.grid(1)",
+         "    step = cuda.gridsize(1)",
+         "    while i < n:",
+         f"        o[i] = elem({', '.join(f'a{k}[i]' for k in ins)})",
+         "        i += step",
+         "",
+         f"def strided(o, {arrays}, meta, n, small):",
+         "    # small: every linear index fits in 32 bits: the per-dim div/mod runs in 32-bit",
+         "    nd = meta[0]",
+         f"    base = 1 + {n + 2} * nd",
+         "    i = cuda.grid(1)",
+         "    step = cuda.gridsize(1)",
+         "    while i < n:",
+         "        r = i"]
+    L += [f"        f{k} = meta[base + {k}]" for k in range(n + 1)]
+    L += ["        for d in range(nd - 1, -1, -1):",
+          "            sz = meta[1 + d]",
+          "            if small:",
+          "                r, k = divmod32(r, sz)",
+          "            else:",
+          "                k = r % sz",
+          "                r //= sz"]
+    L += [f"            f{k} += k * meta[1 + {k + 1} * nd + d]" for k in range(n + 1)]
+    L += [f"        o[f0] = elem({', '.join(f'a{k}[f{k}]' for k in ins)})",
+          "        i += step"]
+    return "\n".join(L) + "\n"
 
-    @cuda.jit
-    def contig(o, xa, ya, n):
-        i = cuda.grid(1)
-        step = cuda.gridsize(1)
-        while i < n:
-            o[i] = elem(xa[i], ya[i])
-            i += step
 
-    @cuda.jit
-    def strided(o, xa, ya, meta, n, small):
-        # `small`: every linear index fits in 32 bits, so the per-dim div/mod runs in 32-bit.
-        nd = meta[0]
-        i = cuda.grid(1)
-        step = cuda.gridsize(1)
-        while i < n:
-            r = i
-            oo = meta[1 + 4 * nd]
-            xo = meta[2 + 4 * nd]
-            yo = meta[3 + 4 * nd]
-            for d in range(nd - 1, -1, -1):
-                sz = meta[1 + d]
-                if small:
-                    r, k = divmod32(r, sz)
-                else:
-                    k = r % sz
-                    r //= sz
-                oo += k * meta[1 + nd + d]
-                xo += k * meta[1 + 2 * nd + d]
-                yo += k * meta[1 + 3 * nd + d]
-            o[oo] = elem(xa[xo], ya[yo])
-            i += step
-
-    return contig, strided
+def _loops(elem, n: int):
+    """Grid-stride loops around ``elem`` of ``n`` inputs: a dense 1-D one and the strided N-d
+    one, which reads ``[nd, shape, strides of out and each input, start offsets]``."""
+    ns = {"cuda": cuda, "elem": elem, "divmod32": divmod32}
+    exec(compile(_loop_source(n), f"<jitops cuda loops, {n} inputs>", "exec"), ns)
+    return cuda.jit(ns["contig"]), cuda.jit(ns["strided"])
 
 
 def launch_config(n: int) -> tuple[int, int]:

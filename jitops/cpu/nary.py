@@ -1,0 +1,474 @@
+"""CPU kernels of N inputs: a user op's scalar function (``jitops.elementwise``) over the plan.
+
+The same structure as the built-in binary kernels (jitops.cpu.kernels), for any number of
+inputs: the iteration space is cut into the same tasks (:func:`~jitops.cpu.kernels.
+task_geometry`: blocks of one long row, runs of short rows, or 2-d tiles for operands that
+disagree on layout), a serial and a parallel driver run them, and a task's failure (an
+exception inside the user's function) reaches the caller as a status, never as an unwritten
+element.
+
+Each row runs one of two loops:
+
+* ``contig`` -- ``out`` unit-stride and every input unit-stride or constant along the row
+  (the common broadcasts: ``x * w + b`` with ``w``, ``b`` per channel). A constant input is
+  read once per row into a small buffer on the task's stack, so the loop body reads every
+  input the same way and LLVM vectorises it whatever the mix of broadcast inputs (one
+  compiled loop instead of one per pattern);
+* ``strided`` -- anything else (and every row of a tile).
+
+A :class:`UserSpec` (the function, the inputs' dtypes, the compute and result dtypes) is the
+one argument that specialises the module-level ``_utask``, as ``KernelSpec`` does for the
+built-ins: its Numba type's *name* is stable across processes for a module-level function
+(qualified name and a hash of its source file), so the on-disk cache finds it in a new
+process. Functions that cannot be found again by name (lambdas, closures, functions typed
+into a notebook) compile per process into ``_utask_local``, which is never cached on disk, so
+the cache cannot grow by one entry per process.
+
+The drivers take three integers: the address of ``_utask`` compiled for one spec, the address
+of an int64 array of the operands' data addresses (out first) and that of the int64 ``meta``
+array::
+
+    [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
+     start offsets (nops), shape (nd), strides (nops x nd, out first)]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import numpy as np
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import (
+    NativeValue,
+    intrinsic,
+    models,
+    overload,
+    register_model,
+    typeof_impl,
+    unbox,
+)
+from numba.np.numpy_support import from_dtype
+
+from ..core.plan import Plan
+from . import cache
+from .half import float_to_half, half_to_float
+from .kernels import (
+    MAX_DIMS,
+    OK,
+    TASK_FAILED,
+    V_TILED,
+    VARIANT_CODES,
+    renamed,
+    stack_odometer,
+    task_geometry,
+)
+from .spec import as_pointer, storage, to_bool_byte
+
+_JIT = {"nogil": True, "error_model": "numpy"}
+_I64 = types.int64
+
+#: Most operands (out and the inputs) of a user op.
+MAX_OPERANDS = 64
+
+#: Elements of one broadcast (constant-along-the-row) input staged on the task's stack.
+BUFFER = 1024
+
+# meta header (int64)
+U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
+U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
+U_HDR = 12
+
+
+class UserSpecType(types.Dummy):
+    """Numba type of a :class:`UserSpec`; all information is in its (stable) name."""
+
+    def __init__(self, key: str, inputs: tuple[str, ...], out: str, compute: str):
+        self.fn_key, self.inputs, self.out, self.compute = key, inputs, out, compute
+        super().__init__(name=f"jitops.UserSpec({key};{','.join(inputs)};{out};{compute})")
+
+    def __reduce__(self):  # the cache index pickles signatures
+        return (UserSpecType, (self.fn_key, self.inputs, self.out, self.compute))
+
+
+register_model(UserSpecType)(models.OpaqueModel)
+
+
+@unbox(UserSpecType)
+def _unbox_spec(typ, obj, c):
+    return NativeValue(c.context.get_constant_null(types.voidptr))
+
+
+#: key -> the Python scalar function (what the overload below compiles for a spec).
+_FUNCTIONS: dict[str, object] = {}
+
+
+def function_key(fn) -> tuple[str, bool]:
+    """(key, cacheable): a name that finds ``fn`` again in another process, or a
+    process-local one.
+
+    A module-level function of a source file is named by its module, qualified name and a
+    hash of that file (Numba's own cache is invalidated by the file's stamp the same way);
+    anything else -- a lambda, a closure, a function defined in a notebook cell or ``exec``
+    -- by its identity in this process only.
+    """
+    qual = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+    module = getattr(fn, "__module__", None) or "?"
+    code = getattr(fn, "__code__", None)
+    path = code.co_filename if code is not None else ""
+    local = ("<lambda>" in qual or "<locals>" in qual or code is None
+             or getattr(fn, "__closure__", None) or not os.path.isfile(path))
+    if not local:
+        try:
+            with open(path, "rb") as f:
+                digest = hashlib.sha256(f.read()).hexdigest()[:16]
+        except OSError:
+            local = True
+    if local:
+        return f"local:{module}.{qual}@{id(fn):x}.{os.getpid()}", False
+    return f"{module}.{qual}@{digest}", True
+
+
+def register(key: str, fn) -> None:
+    _FUNCTIONS[key] = fn
+
+
+class UserSpec:
+    """What one N-input kernel instance computes. Interned: one object per specialisation."""
+
+    __slots__ = ("key", "inputs", "out", "compute", "cacheable", "numba_type")
+    _interned: dict[tuple, UserSpec] = {}
+
+    def __new__(cls, key: str, inputs: tuple[np.dtype, ...], out: np.dtype, compute: np.dtype,
+                cacheable: bool) -> UserSpec:
+        k = (key, inputs, out, compute)
+        self = cls._interned.get(k)
+        if self is None:
+            self = super().__new__(cls)
+            self.key, self.inputs, self.out, self.compute = k
+            self.cacheable = cacheable
+            self.numba_type = UserSpecType(key, tuple(d.name for d in inputs), out.name,
+                                           compute.name)
+            cls._interned[k] = self
+        return self
+
+    def __repr__(self) -> str:
+        return (f"UserSpec({self.key!r}, inputs={[d.name for d in self.inputs]}, "
+                f"out={self.out}, compute={self.compute})")
+
+
+@typeof_impl.register(UserSpec)
+def _typeof_spec(val, c):
+    return val.numba_type
+
+
+_STACK_BUFFER = {}
+
+
+def _stack_buffer_of(ty):
+    """An intrinsic giving ``BUFFER`` words of Numba type ``ty`` on the caller's stack."""
+    fn = _STACK_BUFFER.get(ty)
+    if fn is None:
+        @intrinsic
+        def stack_buffer(typingctx):
+            sig = types.CPointer(ty)()
+
+            def codegen(context, builder, signature, args):
+                return cgutils.alloca_once(builder, context.get_data_type(ty), size=BUFFER)
+
+            return sig, codegen
+
+        fn = _STACK_BUFFER[ty] = stack_buffer
+    return fn
+
+
+_DISPATCHERS: dict = {}
+
+
+def compiled_function(fn):
+    """The user's scalar function compiled for the CPU (one dispatcher per function)."""
+    d = _DISPATCHERS.get(fn)
+    if d is None:
+        d = _DISPATCHERS[fn] = njit(**_JIT)(fn)
+    return d
+
+
+def return_type(fn, compute: np.dtype, n: int):
+    """The Numba type ``fn`` returns for ``n`` arguments of ``compute`` (compiles it; Numba's
+    typing errors propagate)."""
+    d = compiled_function(fn)
+    sig = (from_dtype(compute),) * n
+    d.compile(sig)
+    return d.overloads[sig].signature.return_type
+
+
+def user_task(spec, pptrs, pmeta, t):
+    """One task of a user op (the code is generated for the spec's number of inputs)."""
+
+
+@intrinsic
+def _stack_offsets(typingctx):
+    """``MAX_OPERANDS`` int64 words on the calling task's stack: each operand's offset."""
+    sig = types.CPointer(types.int64)()
+
+    def codegen(context, builder, signature, args):
+        return cgutils.alloca_once(builder, ir.IntType(64), size=MAX_OPERANDS)
+
+    return sig, codegen
+
+
+@njit(**_JIT)
+def _stride(meta, nd, k, d):
+    """Element stride of operand ``k`` (0 is out) along iteration dim ``d``."""
+    return meta[U_HDR + meta[U_NOPS] + nd + k * nd + d]
+
+
+@njit(**_JIT)
+def _first_row(meta, t, offs, idx):
+    """Set ``offs`` to every operand's offset at the start of task ``t`` and the odometer
+    ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
+
+    The same tasks as the built-in kernels (kernels.task_geometry). Operand-count generic
+    (loops over the operands), so it is compiled once per process, not once per user op.
+    """
+    nd = meta[U_ND]
+    nops = meta[U_NOPS]
+    sh = U_HDR + nops
+    for k in range(nops):
+        offs[k] = meta[U_HDR + k]
+    if meta[U_VARIANT] == V_TILED:  # one TILE_I x TILE_J tile of the two innermost dims
+        nti, ntj = meta[U_NTI], meta[U_NTJ]
+        per = nti * ntj
+        r = t // per
+        ti = (t - r * per) // ntj
+        tj = t - r * per - ti * ntj
+        i0 = ti * meta[U_TILE_I]
+        nrows = min(i0 + meta[U_TILE_I], meta[sh + nd - 2]) - i0
+        j0 = tj * meta[U_TILE_J]
+        n = min(j0 + meta[U_TILE_J], meta[sh + nd - 1]) - j0
+        for k in range(nops):
+            offs[k] += i0 * _stride(meta, nd, k, nd - 2) + j0 * _stride(meta, nd, k, nd - 1)
+        outer = nd - 2
+        walk = True
+    else:
+        inner = meta[sh + nd - 1]
+        nblk = meta[U_NBLK]
+        if nblk > 1:  # a block of one long row
+            r = t // nblk
+            nrows = 1
+            j0 = (t - r * nblk) * meta[U_BLOCK]
+            n = min(j0 + meta[U_BLOCK], inner) - j0
+        else:  # whole short rows
+            r = t * meta[U_ROWS_PER_TASK]
+            nrows = min(r + meta[U_ROWS_PER_TASK], meta[U_ROWS]) - r
+            j0 = 0
+            n = inner
+        for k in range(nops):
+            offs[k] += j0 * _stride(meta, nd, k, nd - 1)
+        outer = nd - 1
+        walk = nd == 2
+    # unravel the first row once (div/mod); the rows after it are walked
+    for d in range(outer - 1, -1, -1):
+        m = meta[sh + d]
+        i = r % m
+        r //= m
+        idx[d] = i
+        for k in range(nops):
+            offs[k] += i * _stride(meta, nd, k, d)
+    return nrows, n, walk
+
+
+@njit(**_JIT)
+def _next_row(meta, offs, idx, walk):
+    """Step every operand's offset to the next row: one dim (``walk``) or the odometer."""
+    nd = meta[U_ND]
+    nops = meta[U_NOPS]
+    if walk:
+        for k in range(nops):
+            offs[k] += _stride(meta, nd, k, nd - 2)
+        return
+    sh = U_HDR + nops
+    for d in range(nd - 2, -1, -1):
+        idx[d] += 1
+        for k in range(nops):
+            offs[k] += _stride(meta, nd, k, d)
+        if idx[d] < meta[sh + d]:
+            return
+        m = meta[sh + d]
+        idx[d] = 0
+        for k in range(nops):
+            offs[k] -= m * _stride(meta, nd, k, d)
+
+
+def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
+    """One task for ``n`` inputs (operand 0 is ``out``), as Python source: only the row loops
+    are written per operand; the walk between rows is the generic helpers above."""
+    ks = range(n + 1)
+    ins = range(1, n + 1)
+    L = []
+    a = L.append
+    a("def task(spec, pptrs, pmeta, t):")
+    a("    meta = as_pointer(pmeta, I64)")
+    a("    ptrs = as_pointer(pptrs, I64)")
+    a("    nd = meta[U_ND]")
+    a("    idx = stack_odometer()")
+    a("    offs = stack_offsets()")
+    for k in ks:
+        a(f"    p{k} = as_pointer(ptrs[{k}], S{k})")
+        a(f"    s{k} = stride(meta, nd, {k}, nd - 1)")
+    for k in ins:
+        a(f"    b{k} = buffer{k}()")
+    a("    nrows, n, walk = first_row(meta, t, offs, idx)")
+    cond = " and ".join(["s0 == 1"] + [f"(s{k} == 0 or s{k} == 1)" for k in ins])
+    a(f"    contig = {cond}")
+    a("    for _ in range(nrows):")
+    for k in ks:
+        a(f"        o{k} = offs[{k}]")
+    a("        if contig:")
+    for k in ins:  # a constant input: one value, staged so the loop reads it like the others
+        a(f"            if s{k} == 0:")
+        a(f"                v{k} = p{k}[o{k}]")
+        a("                for i in range(min(n, BUFFER)):")
+        a(f"                    b{k}[i] = v{k}")
+    a("            j = 0")
+    a("            while j < n:")
+    a("                m = min(BUFFER, n - j)")
+    for k in ins:
+        a(f"                if s{k} == 0:")
+        a(f"                    q{k} = b{k}")
+        a(f"                    r{k} = 0")
+        a("                else:")
+        a(f"                    q{k} = p{k}")
+        a(f"                    r{k} = o{k} + j")
+    a("                r0 = o0 + j")
+    args = ", ".join(_load_expr(inputs[k - 1], f"q{k}[r{k} + i]") for k in ins)
+    a("                for i in range(m):")
+    a(f"                    p0[r0 + i] = {_store_expr(out, ret, f'FN({args})')}")
+    a("                j += m")
+    a("        else:")
+    args = ", ".join(_load_expr(inputs[k - 1], f"p{k}[o{k} + i * s{k}]") for k in ins)
+    a("            for i in range(n):")
+    a(f"                p0[o0 + i * s0] = {_store_expr(out, ret, f'FN({args})')}")
+    a("        next_row(meta, offs, idx, walk)")
+    a("    return 0")
+    return "\n".join(L) + "\n"
+
+
+def _load_expr(dtype: str, word: str) -> str:
+    """Source of: a storage word -> its value (float16 bits widen to float32; a bool byte
+    reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``."""
+    if dtype == "float16":
+        return f"T(half_to_float({word}))"
+    if dtype == "bool":
+        return f"T({word} != 0)"
+    return f"T({word})"
+
+
+def _store_expr(out: str, ret, value: str) -> str:
+    """Source of: the returned value -> the result's storage word (integers wrap, floats
+    round once; a bool is stored as 0 or 1)."""
+    if out == "float16":
+        return f"float_to_half({value})" if isinstance(ret, types.Float) \
+            else f"float_to_half(F64({value}))"
+    if out == "bool":
+        return f"to_bool_byte({value})"
+    return f"OUT({value})"
+
+
+@overload(user_task, jit_options=_JIT)
+def _ov_user_task(spec, pptrs, pmeta, t):
+    if not isinstance(spec, UserSpecType):
+        return None
+    fn = _FUNCTIONS.get(spec.fn_key)
+    if fn is None:
+        raise TypeError(f"jitops: no user function registered as {spec.fn_key}")
+    n = len(spec.inputs)
+    T = from_dtype(np.dtype(spec.compute))
+    disp = compiled_function(fn)
+    ret = return_type(fn, np.dtype(spec.compute), n)
+    out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
+    ns = {"as_pointer": as_pointer, "I64": _I64, "stack_odometer": stack_odometer,
+          "stack_offsets": _stack_offsets, "stride": _stride, "first_row": _first_row,
+          "next_row": _next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
+          "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
+          "to_bool_byte": to_bool_byte,
+          "U_ND": U_ND, "min": min, "range": range,
+          "S0": storage(np.dtype(spec.out))}
+    for k, dt in enumerate(spec.inputs, 1):
+        ns[f"S{k}"] = storage(np.dtype(dt))
+        ns[f"buffer{k}"] = _stack_buffer_of(storage(np.dtype(dt)))
+    source = _task_source(n, spec.inputs, spec.out, ret)
+    exec(compile(source, f"<jitops user task, {n} inputs>", "exec"), ns)
+    return ns["task"]
+
+
+def _utask(spec, pptrs, pmeta, t):
+    """Task ``t`` of a user op (see :func:`user_task`); returns 0, or an error status."""
+    return user_task(spec, pptrs, pmeta, t)
+
+
+_utask_cached = njit(**_JIT)(renamed(_utask, "_utask"))
+_utask_local = njit(**_JIT)(renamed(_utask, "_utask_local"))
+
+
+@intrinsic
+def _call_utask(typingctx, task, pptrs, pmeta, t):
+    """Call a compiled ``_utask`` through its address; 1 if it failed (see kernels._call_task)."""
+    sig = types.int64(task, pptrs, pmeta, t)
+
+    def codegen(context, builder, signature, args):
+        argtys = (types.voidptr,) + (types.int64,) * 3
+        fnty = context.call_conv.get_function_type(types.int64, argtys)
+        fn = builder.inttoptr(args[0], fnty.as_pointer())
+        null = context.get_constant_null(types.voidptr)
+        status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
+                                                    [null, *args[1:]])
+        return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
+
+    return sig, codegen
+
+
+def _udrive(task, pptrs, pmeta):
+    """Run every task of a user op; a status, never a silent failure."""
+    meta = as_pointer(pmeta, _I64)
+    failed = 0
+    for t in prange(meta[U_NTASKS]):
+        failed += _call_utask(task, pptrs, pmeta, t)
+    return TASK_FAILED if failed else OK
+
+
+_ukernel_parallel = njit(parallel=True, **_JIT)(renamed(_udrive, "_ukernel_parallel"))
+_ukernel_serial = njit(parallel=False, **_JIT)(renamed(_udrive, "_ukernel_serial"))
+
+KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "task": _utask_cached,
+           "task_local": _utask_local}
+for _k in (_ukernel_parallel, _ukernel_serial, _utask_cached):  # never _utask_local
+    cache.enable(_k)
+
+_TASKS: dict = {}
+
+
+def task_address(spec: UserSpec) -> int:
+    """Address of the task compiled for ``spec`` (compiled, or loaded from disk, once)."""
+    addr = _TASKS.get(spec)
+    if addr is None:
+        task = _utask_cached if spec.cacheable else _utask_local
+        sig = (spec.numba_type,) + (_I64,) * 3
+        task.compile(sig)
+        cres = task.overloads[sig]
+        addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return addr
+
+
+def build_meta(plan: Plan) -> np.ndarray:
+    """The int64 ``meta`` array of a user-op kernel (layout in the module docstring)."""
+    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(plan)
+    shape = plan.iter_shape
+    nops = len(plan.iter_strides)
+    head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
+            ti, tj, nti, ntj, nops]
+    assert len(head) == U_HDR and len(shape) <= MAX_DIMS
+    return np.array(head + list(plan.iter_offsets) + list(shape)
+                    + [s for st in plan.iter_strides for s in st], np.int64)

@@ -1,0 +1,207 @@
+"""Your own elementwise ops: ``@jitops.elementwise`` fuses a scalar expression into one pass.
+
+A user op goes through the same pipeline as the built-in ops (jitops.core.pipeline: operands,
+NumPy 2 promotion, the planner with N operands, ``out=`` and the overlap policy, errors before
+anything is written) and runs on the N-input CPU kernels (jitops.cpu.nary), on CUDA
+(jitops.cuda.kernels, from the same scalar function) or chunkwise on Dask arrays.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import inspect
+
+import numpy as np
+
+from .core.dtypes import check_dtype, user_result
+from .cpu import nary
+
+
+def _restore(module: str, qualname: str, dtype):
+    """Unpickle a user op of a module-level function: found again by name (Dask workers)."""
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if isinstance(obj, ElementwiseOp):
+        return obj if dtype is None else obj.with_dtype(dtype)
+    return ElementwiseOp(obj, dtype=dtype)
+
+
+def _arity(fn, name: str) -> int:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        raise TypeError(f"jitops.elementwise: cannot read the signature of {name}; wrap it in "
+                        f"a Python function of its scalar inputs") from None
+    n = 0
+    for p in params:
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) or \
+                p.default is not p.empty:
+            raise TypeError(f"jitops.elementwise: {name} must take its scalar inputs as plain "
+                            f"positional parameters (no defaults, *args or keywords); "
+                            f"parameter {p.name!r} is not one")
+        n += 1
+    if n == 0:
+        raise TypeError(f"jitops.elementwise: {name} takes no inputs (it needs at least one)")
+    return n
+
+
+class ElementwiseOp:
+    """An elementwise op made from a scalar Python function of N inputs.
+
+    Call it like a built-in op, with N operands::
+
+        op(*operands, broadcast="numpy", axis=-1, out=None, device=None, dtype=None)
+
+    Parameters
+    ----------
+    *operands : array_like, CUDA array or dask.array.Array
+        N operands, as for the built-in ops (Python scalars are weak, NumPy 2 rules).
+    broadcast : {"numpy", "pdpd", "none"}, default "numpy"
+        ``pdpd`` with N operands lays every operand of lower rank than the largest onto it
+        at ``axis``.
+    axis : int, default -1
+        The pdpd start axis (must stay -1 in the other modes).
+    out : array, optional
+        Exactly the broadcast shape and the result dtype; it may be any of the operands.
+    device : {None, "cpu", "cuda", "cuda:N"}
+        As for the built-in ops; CUDA runs the same scalar function compiled for the GPU.
+    dtype : dtype, optional
+        The result dtype, overriding the one inferred from the function.
+
+    Returns
+    -------
+    numpy.ndarray, CUDA array or dask.array.Array
+        The inputs are promoted together (``numpy.result_type``; float16 is computed in
+        float32) and the function runs on each element in that dtype; the result dtype is
+        the function's return for them with Python literals weak, as in NumPy 2 (see
+        :func:`jitops.core.dtypes.user_result`), or ``dtype``.
+    """
+
+    def __init__(self, fn, *, dtype=None, name: str | None = None):
+        if isinstance(fn, ElementwiseOp):
+            fn = fn.py_func
+        if not callable(fn):
+            raise TypeError(f"jitops.elementwise: expected a function, got {type(fn).__name__}")
+        self.py_func = fn
+        self.__name__ = name or getattr(fn, "__name__", "user_op")
+        self.__qualname__ = getattr(fn, "__qualname__", self.__name__)
+        self.__module__ = getattr(fn, "__module__", None) or "__main__"
+        self.__doc__ = getattr(fn, "__doc__", None)
+        self.__wrapped__ = fn
+        self.nin = _arity(fn, self.__name__)
+        self.key, self.cacheable = nary.function_key(fn)
+        nary.register(self.key, fn)
+        if dtype is not None:
+            dtype = np.dtype(dtype)
+            check_dtype(dtype, "dtype", self.__name__)
+        self.dtype = dtype
+        self._results: dict = {}
+        self._variants: dict = {}
+
+    def __repr__(self) -> str:
+        extra = f", dtype={self.dtype}" if self.dtype is not None else ""
+        return f"<jitops.elementwise {self.__qualname__} of {self.nin} inputs{extra}>"
+
+    def with_dtype(self, dtype) -> ElementwiseOp:
+        """The same op with its result dtype fixed to ``dtype``."""
+        dtype = np.dtype(dtype)
+        if dtype == self.dtype:
+            return self
+        op = self._variants.get(dtype)
+        if op is None:
+            op = self._variants[dtype] = ElementwiseOp(self.py_func, dtype=dtype,
+                                                       name=self.__name__)
+        return op
+
+    def __call__(self, *operands, broadcast="numpy", axis=-1, out=None, device=None,
+                 dtype=None):
+        if len(operands) != self.nin:
+            raise TypeError(f"jitops.{self.__name__} takes {self.nin} operand"
+                            f"{'s' if self.nin != 1 else ''}, got {len(operands)}")
+        op = self if dtype is None else self.with_dtype(dtype)
+        from .dispatch import call_user
+
+        return call_user(op, operands, broadcast, axis, out, device)
+
+    def result_dtype(self, common: np.dtype, compute: np.dtype, fname: str) -> np.dtype:
+        """The result dtype for inputs promoted to ``common`` (computed in ``compute``).
+
+        Compiles the function for them (Numba's typing is the oracle on every target), so a
+        function that cannot run on these dtypes raises TypeError here, before anything is
+        written.
+        """
+        key = (common, compute)
+        r = self._results.get(key)
+        if r is None:
+            try:
+                ret = nary.return_type(self.py_func, compute, self.nin)
+            except Exception as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
+                                f"compiled for {self.nin} input(s) of dtype {compute} "
+                                f"(promoted from the operands): {first}") from None
+            try:
+                from numba.np.numpy_support import as_dtype
+
+                returned = np.dtype(as_dtype(ret))
+                check_dtype(returned, "its return value", fname)
+            except Exception:
+                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} must return "
+                                f"one number, but returns {ret} for inputs of dtype "
+                                f"{compute}") from None
+            r = self.dtype if self.dtype is not None else user_result(common, returned)
+            self._results[key] = r
+        return r
+
+    def __reduce__(self):
+        if self.cacheable:  # a module-level function: by reference, like any function
+            return (_restore, (self.__module__, self.__qualname__, self.dtype))
+        return (ElementwiseOp, (self.py_func,), {"dtype": self.dtype})
+
+    def __setstate__(self, state):
+        if state.get("dtype") is not None:
+            self.dtype = np.dtype(state["dtype"])
+
+    def __dask_tokenize__(self):
+        return ("jitops.elementwise", self.key if self.cacheable else id(self), str(self.dtype))
+
+
+def elementwise(fn=None, *, dtype=None, name: str | None = None):
+    """Make an elementwise op from a scalar function of N inputs: a decorator or a call.
+
+    >>> import numpy as np, jitops
+    >>> @jitops.elementwise
+    ... def fused(x, w, b):
+    ...     return jitops.act.relu(x * w + b)
+    >>> X = np.ones((2, 3, 4), np.float32)
+    >>> fused(X, np.full(3, -2.0, np.float32), np.ones(3, np.float32), broadcast="pdpd",
+    ...       axis=1).sum()
+    np.float32(0.0)
+    >>> jitops.elementwise(lambda a, b, c: a * b + c)(1.0, 2.0, np.arange(3.0))
+    array([2., 3., 4.])
+
+    The function is plain Python on scalars (``math`` functions, conditionals, loops; the
+    activations as ``jitops.act.<name>``), compiled by Numba once per input dtype signature,
+    when first called. A module-level function is cached on disk like the built-in kernels,
+    so a new process loads it instead of compiling; lambdas, closures and functions defined in
+    a notebook work too, compiled once per process.
+
+    Parameters
+    ----------
+    fn : callable
+        The scalar function; every parameter is one input.
+    dtype : dtype, optional
+        Fix the result dtype instead of inferring it.
+    name : str, optional
+        The op's name in messages (default: the function's).
+
+    Returns
+    -------
+    ElementwiseOp
+        Callable as ``op(*operands, broadcast=, axis=, out=, device=, dtype=)``.
+    """
+    if fn is None:
+        return functools.partial(elementwise, dtype=dtype, name=name)
+    return ElementwiseOp(fn, dtype=dtype, name=name)

@@ -1,0 +1,393 @@
+"""User ops (``jitops.elementwise``, SPEC 1.1) on every backend of tests/backends.py: the CPU
+and Dask here, the CUDA simulator in a fresh process (tests/test_cuda_sim.py runs this file).
+
+The oracle is a NumPy composition of the same expression on host copies, computed in the
+dtype the inputs promote to (float16 in float32, rounded once, as jitops does).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops.core.plan import TILED
+
+from . import backends
+
+
+@pytest.fixture(params=backends.selected())
+def be(request):
+    if request.param == "cuda":
+        from jitops.core.device import cuda_unavailable_reason
+
+        if cuda_unavailable_reason() is not None:
+            pytest.skip("neither a GPU nor the CUDA simulator is available")
+    return backends.ALL[request.param]()
+
+
+# module-level user ops: cacheable on disk (a file-backed function)
+@jitops.elementwise
+def square_plus_one(x):
+    return x * x + 1
+
+
+@jitops.elementwise
+def mul_sub(a, b):
+    return a * b - a
+
+
+@jitops.elementwise
+def axpb(x, w, b):
+    return x * w + b
+
+
+@jitops.elementwise
+def five(a, b, c, d, e):
+    return (a + b) * c - d * e
+
+
+@jitops.elementwise
+def relu_affine(x, w, b):
+    return jitops.act.relu(x * w + b)
+
+
+ARITIES = {
+    1: (square_plus_one, lambda x: x * x + 1),
+    2: (mul_sub, lambda a, b: a * b - a),
+    3: (axpb, lambda x, w, b: x * w + b),
+    5: (five, lambda a, b, c, d, e: (a + b) * c - d * e),
+}
+DTYPES = ("int8", "int32", "uint16", "int64", "float16", "float32", "float64", "complex64",
+          "complex128")
+
+
+def _data(rng, shape, dtype):
+    dt = np.dtype(dtype)
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return rng.integers(info.min, info.max, shape, dtype=dt, endpoint=True)
+    real = np.float32 if dt in (np.float16, np.complex64) else np.float64
+    a = (rng.standard_normal(shape) * 4).astype(real)
+    if dt.kind == "c":
+        a = a + 1j * (rng.standard_normal(shape) * 4).astype(real)
+    return a.astype(dt)
+
+
+def _oracle(expr, arrays, result_dtype):
+    """NumPy's composition in the promoted dtype (float16 in float32), cast to the result."""
+    common = np.result_type(*arrays)
+    compute = np.float32 if common == np.float16 else common
+    with np.errstate(all="ignore"):
+        return np.asarray(expr(*[np.asarray(a).astype(compute) for a in arrays])
+                          ).astype(result_dtype)
+
+
+def _check(got, exp):
+    assert got.dtype == exp.dtype and got.shape == exp.shape
+    if exp.dtype.kind in "fc":
+        tol = {2: 1e-3, 4: 1e-6, 8: 1e-6, 16: 1e-14}[exp.dtype.itemsize] \
+            if exp.dtype.kind == "c" else {2: 0, 4: 0, 8: 0}[exp.dtype.itemsize]
+        np.testing.assert_allclose(got, exp, rtol=tol, atol=0, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, exp)
+
+
+def _run(be, op, *operands, **kw):
+    if be.device is not None:
+        kw.setdefault("device", be.device)
+    return op(*operands, **kw)
+
+
+# --- arities x dtypes, with broadcasting ------------------------------------------------------
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", sorted(ARITIES))
+def test_arity_and_dtype_against_numpy(be, n, dtype, rng):
+    op, expr = ARITIES[n]
+    shapes = [(3, 4), (4,), (3, 1), (1, 4), ()][:n]
+    hosts = [_data(rng, s, dtype) for s in shapes]
+    got = _run(be, op, *[be.put(h) for h in hosts])
+    assert be.is_native(got)
+    _check(be.get(got), _oracle(expr, hosts, np.dtype(dtype)))
+
+
+def test_integers_wrap_in_their_dtype(be):
+    a = np.array([100, -100, 127], np.int8)
+    got = be.get(_run(be, mul_sub, be.put(a), be.put(np.array([3, 3, 2], np.int8))))
+    assert got.dtype == np.int8
+    exact = np.array([100 * 3 - 100, -100 * 3 + 100, 127 * 2 - 127], np.int64)
+    np.testing.assert_array_equal(got, exact.astype(np.int8))  # 200 and -200 wrapped
+
+
+# --- result dtypes ------------------------------------------------------------------------------
+@pytest.mark.parametrize("fn, dtypes, expected", [
+    (lambda x: x * 0.5, ("float32",), "float32"),        # a Python literal is weak
+    (lambda a, b: a + b, ("int32", "int32"), "int32"),   # Numba's 64-bit ints wrap back
+    (lambda a, b: a / b, ("int16", "int16"), "float64"),  # true division of integers
+    (lambda a, b: a < b, ("float32", "float32"), "bool"),
+    (lambda x: x * 1j, ("float32",), "complex64"),
+    (lambda a, b: a * b, ("float16", "float16"), "float16"),
+    (lambda a, b: a - b, ("uint8", "int8"), "int16"),     # NumPy 2 promotion of the inputs
+    (lambda x: math.exp(x), ("float64",), "float64"),
+])
+def test_result_dtype_follows_numpy_with_weak_literals(be, fn, dtypes, expected):
+    op = jitops.elementwise(fn)
+    hosts = [np.ones(3, dt) for dt in dtypes]
+    r = be.get(_run(be, op, *[be.put(h) for h in hosts]))
+    assert r.dtype == np.dtype(expected)
+
+
+def test_dtype_argument_overrides(be):
+    x = np.arange(5, dtype=np.float64) + 0.25
+    for op in (jitops.elementwise(lambda v: v * 2, dtype="float32"),
+               jitops.elementwise(lambda v: v * 2)):
+        r = be.get(_run(be, op, be.put(x), dtype=np.float32))
+        assert r.dtype == np.float32
+        np.testing.assert_array_equal(r, (x * 2).astype(np.float32))
+
+
+def test_weak_scalar_operands(be):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    r = be.get(_run(be, axpb, be.put(x), 2.0, 1))
+    assert r.dtype == np.float32
+    np.testing.assert_array_equal(r, x * 2 + 1)
+    with pytest.raises(OverflowError):
+        _run(be, axpb, be.put(np.ones(3, np.uint8)), 300, 1)
+
+
+# --- modes and layouts --------------------------------------------------------------------------
+def test_pdpd_with_n_operands(be, rng):
+    x = _data(rng, (2, 3, 4, 5), "float32")
+    w, b = _data(rng, (3,), "float32"), _data(rng, (3, 4), "float32")
+    got = be.get(_run(be, axpb, be.put(x), be.put(w), be.put(b), broadcast="pdpd", axis=1))
+    _check(got, x * w[None, :, None, None] + b[None, :, :, None])
+    y = _data(rng, (4, 5), "float32")  # axis -1: each lower-rank operand right-aligned
+    got = be.get(_run(be, axpb, be.put(x), be.put(y), be.put(y[0]), broadcast="pdpd"))
+    _check(got, x * y + y[0])
+
+
+def test_none_mode_and_shape_errors_name_operands(be):
+    a, b = np.ones((2, 3), np.float32), np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="operand"):
+        _run(be, axpb, be.put(a), be.put(b), be.put(b), broadcast="none")
+    with pytest.raises(ValueError, match=r"\(2,3\) \(4,\)"):
+        _run(be, axpb, be.put(a), be.put(np.ones(4, np.float32)), 1.0)
+    with pytest.raises(ValueError):
+        _run(be, axpb, be.put(a), be.put(b), be.put(b), axis=0)  # axis only with pdpd
+
+
+@pytest.mark.parametrize("view", ["transposed", "reversed", "strided", "0-d", "empty"])
+def test_layouts(be, view, rng):
+    base = _data(rng, (6, 4), "float64")
+    other = _data(rng, (4, 6), "float64")
+    fx = {"transposed": lambda a: a.T, "reversed": lambda a: a[::-1, ::-1].T,
+          "strided": lambda a: a[::2].T, "0-d": lambda a: a[0, 0],
+          "empty": lambda a: a[:0].T}[view]
+    hx = fx(base)
+    x = be.view(be.put(base), fx) if view != "0-d" else be.put(np.asarray(base[0, 0]))
+    hy = {"strided": other[:, :3], "empty": other[:, :0]}.get(view, other)
+    got = be.get(_run(be, mul_sub, x, be.put(np.ascontiguousarray(hy))))
+    _check(got, np.asarray(hx) * hy - hx)
+
+
+# --- out= and the overlap policy ----------------------------------------------------------------
+@pytest.mark.parametrize("k", [0, 1, 2])
+def test_out_may_be_any_input(be, k, rng):
+    if not be.supports_out:
+        pytest.skip("Dask results are new lazy arrays (out= is refused, see test_dask_refusals)")
+    hosts = [_data(rng, (4, 5), "float64") for _ in range(3)]
+    exp = hosts[0] * hosts[1] + hosts[2]
+    arrays = [be.put(h) for h in hosts]
+    r = _run(be, axpb, *arrays, out=arrays[k])
+    assert r is arrays[k]
+    _check(be.get(r), exp)
+
+
+def test_out_overlapping_an_input_reads_the_input_as_it_was(be, rng):
+    if not be.supports_out:
+        pytest.skip("Dask results are new lazy arrays")
+    h = _data(rng, (12,), "float64")
+    exp = h[::-1] * 2.0 + h
+    buf = be.put(h)
+    rev = be.view(buf, lambda a: a[::-1])
+    r = _run(be, axpb, rev, 2.0, buf, out=buf)
+    _check(be.get(r), exp)
+
+
+def test_out_checked_before_anything_is_written(be):
+    if not be.supports_out:
+        pytest.skip("Dask results are new lazy arrays")
+    x = np.ones((2, 3), np.float32)
+    out = be.empty((2, 3), np.float64)
+    with pytest.raises(TypeError, match="dtype"):
+        _run(be, axpb, be.put(x), 1.0, 2.0, out=out)
+    bad_shape = be.empty((3, 2), np.float32)
+    with pytest.raises(ValueError, match="shape"):
+        _run(be, axpb, be.put(x), 1.0, 2.0, out=bad_shape)
+    np.testing.assert_array_equal(be.get(out), np.full((2, 3), 7.0))
+
+
+# --- errors -------------------------------------------------------------------------------------
+def test_wrong_operand_count_and_bad_functions(be):
+    with pytest.raises(TypeError, match="takes 3 operands, got 2"):
+        _run(be, axpb, be.put(np.ones(2)), be.put(np.ones(2)))
+    with pytest.raises(TypeError, match="positional"):
+        jitops.elementwise(lambda *a: a[0])
+    with pytest.raises(TypeError, match="at least one"):
+        jitops.elementwise(lambda: 1.0)
+    with pytest.raises(TypeError, match="expected a function"):
+        jitops.elementwise(3)
+
+
+def _uses_a_string(x):
+    return x + "a"
+
+
+def test_uncompilable_function_is_a_type_error_before_writing(be):
+    op = jitops.elementwise(_uses_a_string)
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match=r"_uses_a_string.*float32"):
+        _run(be, op, be.put(x))
+    with pytest.raises(TypeError, match="must return one number"):
+        _run(be, jitops.elementwise(lambda v: (v, v)), be.put(x))
+    with pytest.raises(TypeError, match="object"):
+        _run(be, axpb, np.array([object()] * 4), 1.0, 1.0)
+
+
+def test_activations_match_act(be, rng):
+    x = _data(rng, (5, 7), "float32") * 10
+    y = _data(rng, (7,), "float32")
+    for name in jitops.ACTIVATIONS:
+        fn = getattr(jitops.act, name)
+        op = jitops.elementwise(_act_of(fn))
+        got = be.get(_run(be, op, be.put(x), be.put(y)))
+        exp = be.get(_run(be, jitops.subtract, be.put(x), be.put(y), act=name))
+        np.testing.assert_array_equal(got, exp, err_msg=name)
+
+
+def _act_of(fn):
+    def f(a, b):
+        return fn(a - b)
+
+    return f
+
+
+def test_relu_affine(be, rng):
+    x = _data(rng, (2, 3, 4), "float32")
+    w, b = _data(rng, (3,), "float32"), _data(rng, (3,), "float32")
+    got = be.get(_run(be, relu_affine, be.put(x), be.put(w), be.put(b), broadcast="pdpd",
+                      axis=1))
+    _check(got, np.maximum(x * w[:, None] + b[:, None], np.float32(0)))
+
+
+# --- CPU only: parallel and tiled kernels, failures inside the kernel, the disk cache ---------
+def test_act_functions_from_python():
+    assert jitops.act.relu(-2.5) == 0.0 and jitops.act.relu(3) == 3
+    assert type(jitops.act.gelu(np.float32(1.0))) is np.float32
+    assert jitops.act.sigmoid(0.0) == 0.5
+    with pytest.raises(TypeError):
+        jitops.act.relu("a")
+
+
+@pytest.mark.parametrize("shape, fx", [
+    ((700, 300), None),                       # contiguous, parallel
+    ((300, 700), lambda a: a.T),             # transposed: the tiled variant
+    ((64, 3000), lambda a: a[:, ::-2]),      # reversed and strided, parallel
+])
+def test_cpu_parallel_and_tiled(shape, fx, rng):
+    from jitops.core.pipeline import prepare
+    from jitops.cpu import backend
+
+    base = _data(rng, shape, "float32")
+    x = fx(base) if fx else base
+    w = _data(rng, x.shape[-1:], "float32")
+    y = _data(rng, x.shape, "float32")
+    got = axpb(x, w, y)
+    np.testing.assert_array_equal(got, x * w + y)
+    if fx is not None and shape == (300, 700):
+        call = prepare(backend.MEMORY, axpb, "axpb", (x, w, y), "numpy", -1, None, None)
+        assert call.plan.variant == TILED
+    # the serial kernel gives the same answer
+    from jitops.cpu import parallel
+
+    with parallel.serial():
+        np.testing.assert_array_equal(axpb(x, w, y), got)
+
+
+def _complex_div(a, b):
+    return a / b
+
+
+def test_an_exception_inside_the_kernel_raises_never_leaves_elements_unwritten():
+    op = jitops.elementwise(_complex_div)
+    a = np.full(200_000, 1 + 1j)
+    b = np.ones(200_000, complex)
+    np.testing.assert_array_equal(op(a, b), a)
+    b[150_000] = 0  # Numba's complex division raises ZeroDivisionError inside the kernel
+    out = np.zeros_like(a)
+    with pytest.raises(RuntimeError, match="raised an exception inside the compiled kernel"):
+        op(a, b, out=out)
+
+    @jitops.elementwise
+    def checked(v):
+        if v < 0:
+            raise ValueError("negative")
+        return v
+
+    with pytest.raises(RuntimeError, match="checked"):
+        checked(np.array([1.0, -1.0]))
+
+
+def test_lambdas_and_closures_compile_per_process():
+    k = 3.0
+    op = jitops.elementwise(lambda v: v * k)
+    np.testing.assert_array_equal(op(np.arange(4.0)), np.arange(4.0) * 3)
+    assert not op.cacheable and axpb.cacheable
+
+
+def test_module_level_user_op_is_loaded_from_the_disk_cache_in_a_new_process(tmp_path):
+    (tmp_path / "myops.py").write_text(textwrap.dedent("""
+        import jitops
+
+        @jitops.elementwise
+        def fused(x, w, b):
+            return jitops.act.relu(x * w + b)
+    """))
+    code = textwrap.dedent("""
+        import numpy as np, myops
+        from jitops.cpu import nary
+        x = np.linspace(-1, 1, 10).astype(np.float32)
+        r = myops.fused(x, 2.0, np.float32(0.5))
+        assert np.array_equal(r, np.maximum(x * 2 + 0.5, 0).astype(np.float32))
+        s = nary._utask_cached.stats
+        print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+    """)
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path / "cache"), PYTHONPATH=str(tmp_path))
+    runs = [subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr[-2000:]
+    assert runs[0].stdout.split() == ["0", "1"]   # compiled and saved
+    assert runs[1].stdout.split() == ["1", "0"]   # loaded, not compiled
+
+
+def test_dask_refusals_and_laziness():
+    da = pytest.importorskip("dask.array")
+    x = da.from_array(np.arange(12.0).reshape(3, 4), chunks=(2, 2))
+    r = axpb(x, 2.0, np.ones(4))
+    assert isinstance(r, da.Array)
+    np.testing.assert_array_equal(r.compute(), np.arange(12.0).reshape(3, 4) * 2 + 1)
+    assert axpb(x, 2.0, np.ones(4)).name == r.name  # deterministic token
+    with pytest.raises(TypeError, match="out="):
+        axpb(x, 2.0, 1.0, out=np.empty((3, 4)))
+    with pytest.raises(ValueError):
+        axpb(x, np.ones(5), 1.0)
+    import pickle
+
+    assert pickle.loads(pickle.dumps(axpb)) is axpb
