@@ -13,6 +13,8 @@ import sys
 
 import numpy as np
 
+from . import act as _act  # the demo user op calls it
+
 
 def _demo() -> int:
     import jitops
@@ -58,7 +60,17 @@ def _demo() -> int:
     print("Fused activation:")
     show("subtract([-1,2], [1,1], act='relu')",
          jitops.subtract(np.float32([-1, 2]), np.float32([1, 1]), act="relu"))
+    print("Your own op, fused into one pass (@jitops.elementwise):")
+    fused = jitops.elementwise(_relu_affine)
+    X = np.float32([[[-2, 0.5], [1, 2]], [[3, -1], [0, 1]]])  # (2, 2, 2): channels on axis 1
+    show("relu(x * w + b), X(2,2,2), w=[1,2], b=[0.5,-1] pdpd axis 1",
+         fused(X, np.float32([1, 2]), np.float32([0.5, -1]), broadcast="pdpd", axis=1).ravel())
     return 0
+
+
+def _relu_affine(x, w, b):
+    """The demo's user op: module-level, so its kernel is cached on disk like the built-ins."""
+    return _act.relu(x * w + b)
 
 
 def _info() -> int:

@@ -91,8 +91,23 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
 
 
 def call_user(op, operands: tuple, broadcast, axis, out, device):
-    """A user op (jitops.fusion.ElementwiseOp) on its operands: the same pipeline."""
-    return _call(op, op.__name__, operands, broadcast, axis, None, out, device, None)
+    """A user op (jitops.fusion.ElementwiseOp) on its operands: the same pipeline, and the
+    same fast path for repeats on ndarrays (keyed by every operand's geometry)."""
+    key = None
+    if device is None and type(axis) is int and all(type(v) is _ND for v in operands) \
+            and (out is None or (type(out) is _ND and out.flags.writeable)):
+        key = (op, broadcast, axis, *[(v.dtype, v.shape, v.strides) for v in operands],
+               None if out is None else (out.dtype, out.shape, out.strides))
+        try:
+            launch = _FAST.get(key)
+        except TypeError:  # unhashable broadcast: the pipeline says what is wrong
+            launch = key = None
+        if launch is not None:
+            target = out if out is not None else launch.new_output()
+            if launch.run(target, operands, op.__name__, out):
+                return target
+            key = None  # misaligned or overlapping this time: the careful path
+    return _call(op, op.__name__, operands, broadcast, axis, None, out, device, key)
 
 
 def _call(op, fname, operands, broadcast, axis, act, out, device, key):

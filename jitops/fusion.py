@@ -171,17 +171,6 @@ class ElementwiseOp:
 def elementwise(fn=None, *, dtype=None, name: str | None = None):
     """Make an elementwise op from a scalar function of N inputs: a decorator or a call.
 
-    >>> import numpy as np, jitops
-    >>> @jitops.elementwise
-    ... def fused(x, w, b):
-    ...     return jitops.act.relu(x * w + b)
-    >>> X = np.ones((2, 3, 4), np.float32)
-    >>> fused(X, np.full(3, -2.0, np.float32), np.ones(3, np.float32), broadcast="pdpd",
-    ...       axis=1).sum()
-    np.float32(0.0)
-    >>> jitops.elementwise(lambda a, b, c: a * b + c)(1.0, 2.0, np.arange(3.0))
-    array([2., 3., 4.])
-
     The function is plain Python on scalars (``math`` functions, conditionals, loops; the
     activations as ``jitops.act.<name>``), compiled by Numba once per input dtype signature,
     when first called. A module-level function is cached on disk like the built-in kernels,
@@ -200,7 +189,38 @@ def elementwise(fn=None, *, dtype=None, name: str | None = None):
     Returns
     -------
     ElementwiseOp
-        Callable as ``op(*operands, broadcast=, axis=, out=, device=, dtype=)``.
+        Callable as ``op(*operands, broadcast="numpy", axis=-1, out=None, device=None,
+        dtype=None)``, with the built-in ops' meaning of each: ``broadcast`` ``"numpy"``,
+        ``"pdpd"`` (Paddle's ``axis`` rule, every lower-rank operand laid onto the largest)
+        or ``"none"``; ``out`` may be any input; ``device`` ``"cpu"``, ``"cuda"`` or None.
+        There is no ``act`` argument: write the activation into the function
+        (``jitops.act.relu(...)``).
+
+    Raises
+    ------
+    TypeError
+        ``fn`` is not a function of plain positional inputs; at call time, the wrong number
+        of operands, an unsupported dtype, a function Numba cannot compile for the operands'
+        dtypes, or ``out`` of the wrong dtype.
+    ValueError
+        Shapes that do not broadcast, a bad ``broadcast`` or ``axis``, ``out`` of the wrong
+        shape or read-only (all before anything is written).
+    RuntimeError
+        The function raised while running (never a silently unwritten element), or
+        ``device="cuda"`` without a usable GPU.
+
+    Examples
+    --------
+    >>> import numpy as np, jitops
+    >>> @jitops.elementwise
+    ... def fused(x, w, b):
+    ...     return jitops.act.relu(x * w + b)
+    >>> X = np.ones((2, 3, 4), np.float32)
+    >>> fused(X, np.full(3, -2.0, np.float32), np.ones(3, np.float32), broadcast="pdpd",
+    ...       axis=1).sum()
+    np.float32(0.0)
+    >>> jitops.elementwise(lambda a, b, c: a * b + c)(1.0, 2.0, np.arange(3.0))
+    array([2., 3., 4.])
     """
     if fn is None:
         return functools.partial(elementwise, dtype=dtype, name=name)

@@ -32,6 +32,9 @@ def test_demo_prints_the_seed_results():
     assert r.returncode == 0, r.stderr
     assert "elementwise_sub([2,3,4], [1,5,2])" in r.stdout and "[ 1., -2., 2.]" in r.stdout
     assert "(2, 3, 4, 5)" in r.stdout and "(8, 7, 6, 5)" in r.stdout
+    # the user op: relu(x * w + b) with w, b per channel
+    assert "relu(x * w + b)" in r.stdout
+    assert "[0. , 1. , 1. , 3. , 3.5, 0. , 0. , 1. ]  (float32)" in r.stdout
 
 
 def test_bench_runs_with_progress_and_writes_results(tmp_path):

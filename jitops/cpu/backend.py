@@ -173,13 +173,12 @@ def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and a.strides == b.strides
 
 
-def launch(call: PreparedCall) -> Launch | None:
+def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     """Run a prepared call; returns its :class:`Launch` (None when there is nothing to do)."""
     if not call.plan.size:
         return None
     if not isinstance(call.impl, str):
-        _launch_user(call)
-        return None
+        return _launch_user(call)
     x, y = call.inputs
     t = call.target
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
@@ -198,11 +197,6 @@ def launch(call: PreparedCall) -> Launch | None:
     return result
 
 
-@lru_cache(maxsize=4096)
-def _user_meta(plan, threads: int) -> np.ndarray:
-    return nary.build_meta(plan)
-
-
 def _run(entry, serial_entry, parallel_size: bool, *args) -> int:
     """Run a driver under the process's threading policy (jitops.cpu.parallel)."""
     if parallel_size and parallel.parallel_allowed():
@@ -210,30 +204,81 @@ def _run(entry, serial_entry, parallel_size: bool, *args) -> int:
     return serial_entry(*args)
 
 
-def _launch_user(call: PreparedCall) -> None:
+class UserLaunch:
+    """A user op's launch once its arrays' geometry is known (the fast path keeps these, as
+    it keeps :class:`Launch` for the built-ins): compiled task, meta, and the checks that can
+    differ between calls of the same geometry (alignment, overlap of ``out``), made in Python
+    before anything is written."""
+
+    __slots__ = ("task", "meta", "pmeta", "parallel", "shape", "dtype", "strides", "aligns",
+                 "extents", "same")
+
+    def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
+        self.aligns, self.extents, self.same = geometry
+        self.task = nary.task_address(spec)
+        self.meta = nary.build_meta(plan)
+        self.pmeta = _address(self.meta)
+        self.parallel = plan.size >= config.PARALLEL_THRESHOLD
+        self.shape, self.dtype = plan.out_shape, dtype
+        self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
+
+    def new_output(self) -> np.ndarray:
+        return _new_array(self.shape, self.dtype, self.strides)
+
+    def run(self, target: np.ndarray, inputs, fname: str, out) -> bool:
+        """Launch; False (nothing written) when a check fails and the pipeline must decide."""
+        addrs = [target.__array_interface__["data"][0]]
+        addrs += [a.__array_interface__["data"][0] for a in inputs]
+        for p, al in zip(addrs, self.aligns):
+            if p % al:
+                return False
+        if self.extents is not None:  # out= given: an input may overlap it only as itself
+            olo, ohi = self.extents[0]
+            po = addrs[0]
+            for k in range(1, len(addrs)):
+                lo, hi = self.extents[k]
+                p = addrs[k]
+                if p + lo < po + ohi and po + olo < p + hi and not (p == po and self.same[k]):
+                    return False
+        ptrs = np.array(addrs, np.int64)  # alive until the kernel returns
+        status = _run(entry_point(nary.KERNELS["parallel"], _SIG3),
+                      entry_point(nary.KERNELS["serial"], _SIG3), self.parallel,
+                      self.task, ptrs.__array_interface__["data"][0], self.pmeta)
+        if status == kernels.TASK_FAILED:
+            where = "out is partly written" if out is not None else "no result is returned"
+            raise RuntimeError(
+                f"jitops.{fname}: the function raised an exception inside the compiled kernel "
+                f"(for example a complex division by zero, which Numba raises on), so some "
+                f"elements were not computed ({where})")
+        if status != kernels.OK:
+            raise RuntimeError(f"jitops.{fname}: internal error: kernel status {status}")
+        return True
+
+
+@lru_cache(maxsize=4096)
+def _user_launch_for(spec: nary.UserSpec, plan, dtype: np.dtype, geometry,
+                     threads: int) -> UserLaunch:
+    return UserLaunch(spec, plan, dtype, geometry)
+
+
+def _launch_user(call: PreparedCall) -> UserLaunch:
     """Run a user op (``jitops.elementwise``) on the N-input kernels (jitops.cpu.nary)."""
     op = call.impl
+    arrays = (call.target, *call.inputs)
     spec = nary.UserSpec(op.key, tuple(a.dtype for a in call.inputs), call.dtypes.result,
                          call.dtypes.compute, op.cacheable)
-    task = nary.task_address(spec)
-    meta = _user_meta(call.plan, parallel.num_threads())
-    # the operands' data addresses, out first; this array and meta live until the call returns
-    ptrs = np.array([_address(a) for a in (call.target, *call.inputs)], np.int64)
-    big = call.plan.size >= config.PARALLEL_THRESHOLD
-    status = _run(entry_point(nary.KERNELS["parallel"], _SIG3),
-                  entry_point(nary.KERNELS["serial"], _SIG3), big,
-                  task, _address(ptrs), _address(meta))
-    if status == kernels.TASK_FAILED:
-        where = "out is partly written" if call.out is not None else "no result is returned"
-        raise RuntimeError(
-            f"jitops.{call.fname}: the function raised an exception inside the compiled kernel "
-            f"(for example a complex division by zero, which Numba raises on), so some "
-            f"elements were not computed ({where})")
-    if status != kernels.OK:
-        raise RuntimeError(f"jitops.{call.fname}: internal error: kernel status {status}")
+    geometry = (tuple(a.dtype.alignment for a in arrays),
+                None if call.out is None else tuple(
+                    byte_extent(0, a.shape, a.strides, a.itemsize) for a in arrays),
+                tuple(_same_geometry(call.target, a) for a in arrays))
+    result = _user_launch_for(spec, call.plan, call.dtypes.result, geometry,
+                              parallel.num_threads())
+    if not result.run(call.target, call.inputs, call.fname, call.out):
+        raise RuntimeError(f"jitops.{call.fname}: internal error: prepared operands refused")
+    return result
 
 
 def clear_launches() -> None:
     """Forget compiled launches (tests that change tunables)."""
     _launch_for.cache_clear()
-    _user_meta.cache_clear()
+    _user_launch_for.cache_clear()
