@@ -444,8 +444,9 @@ _ukernel_serial = njit(parallel=False, **_JIT)(renamed(_udrive, "_ukernel_serial
 
 KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "task": _utask_cached,
            "task_local": _utask_local}
-for _k in (_ukernel_parallel, _ukernel_serial, _utask_cached):  # never _utask_local
-    cache.enable(_k)
+# the helpers too: a new user op in a new process then compiles only its own task
+for _k in (_ukernel_parallel, _ukernel_serial, _utask_cached, _first_row, _next_row, _stride):
+    cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}
 
