@@ -64,8 +64,8 @@ ARITIES = {
     3: (axpb, lambda x, w, b: x * w + b),
     5: (five, lambda a, b, c, d, e: (a + b) * c - d * e),
 }
-DTYPES = ("int8", "int32", "uint16", "int64", "float16", "float32", "float64", "complex64",
-          "complex128")
+# one of each width and kind (each dtype signature is a compile: the suite's time budget)
+DTYPES = ("int8", "uint16", "int64", "float16", "float32", "complex128")
 
 
 def _data(rng, shape, dtype):
