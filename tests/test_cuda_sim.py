@@ -21,6 +21,7 @@ def test_cuda_kernels_on_the_simulator():
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1", JITOPS_TEST_BACKENDS="cuda",
                JITOPS_CUDA_THREADS_PER_BLOCK="32")
     res = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-m", "not slow and not host_only",
                           "-W", "ignore::RuntimeWarning", os.path.join(HERE, "cuda"),
                           os.path.join(HERE, "test_spec.py"),
                           os.path.join(HERE, "test_user_ops.py")], env=env, capture_output=True,

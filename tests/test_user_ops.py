@@ -126,7 +126,8 @@ def test_integers_wrap_in_their_dtype(be):
 
 
 # --- result dtypes ------------------------------------------------------------------------------
-@pytest.mark.parametrize("fn, dtypes, expected", [
+# (ops made once at collection, so every backend shares their compiled kernels)
+@pytest.mark.parametrize("op, dtypes, expected", [
     (lambda x: x * 0.5, ("float32",), "float32"),        # a Python literal is weak
     (lambda a, b: a + b, ("int32", "int32"), "int32"),   # Numba's 64-bit ints wrap back
     (lambda a, b: a / b, ("int16", "int16"), "float64"),  # true division of integers
@@ -135,18 +136,32 @@ def test_integers_wrap_in_their_dtype(be):
     (lambda a, b: a * b, ("float16", "float16"), "float16"),
     (lambda a, b: a - b, ("uint8", "int8"), "int16"),     # NumPy 2 promotion of the inputs
     (lambda x: math.exp(x), ("float64",), "float64"),
-])
-def test_result_dtype_follows_numpy_with_weak_literals(be, fn, dtypes, expected):
-    op = jitops.elementwise(fn)
+], ids=range(8))
+def test_result_dtype_follows_numpy_with_weak_literals(be, op, dtypes, expected):
+    op = _ops_once(op)
     hosts = [np.ones(3, dt) for dt in dtypes]
     r = be.get(_run(be, op, *[be.put(h) for h in hosts]))
     assert r.dtype == np.dtype(expected)
 
 
+_ONCE: dict = {}
+
+
+def _ops_once(fn, **kw):
+    """One user op per function for the whole run (compiled once, shared by backends)."""
+    key = (fn, tuple(kw.items()))
+    if key not in _ONCE:
+        _ONCE[key] = jitops.elementwise(fn, **kw)
+    return _ONCE[key]
+
+
+def _double(v):
+    return v * 2
+
+
 def test_dtype_argument_overrides(be):
     x = np.arange(5, dtype=np.float64) + 0.25
-    for op in (jitops.elementwise(lambda v: v * 2, dtype="float32"),
-               jitops.elementwise(lambda v: v * 2)):
+    for op in (_ops_once(_double, dtype="float32"), _ops_once(_double)):
         r = be.get(_run(be, op, be.put(x), dtype=np.float32))
         assert r.dtype == np.float32
         np.testing.assert_array_equal(r, (x * 2).astype(np.float32))
@@ -264,8 +279,7 @@ def test_activations_match_act(be, rng):
     x = _data(rng, (5, 7), "float32") * 10
     y = _data(rng, (7,), "float32")
     for name in jitops.ACTIVATIONS:
-        fn = getattr(jitops.act, name)
-        op = jitops.elementwise(_act_of(fn))
+        op = _ACT_OPS[name]
         got = be.get(_run(be, op, be.put(x), be.put(y)))
         exp = be.get(_run(be, jitops.subtract, be.put(x), be.put(y), act=name))
         np.testing.assert_array_equal(got, exp, err_msg=name)
@@ -278,6 +292,10 @@ def _act_of(fn):
     return f
 
 
+_ACT_OPS = {name: jitops.elementwise(_act_of(getattr(jitops.act, name)))
+            for name in jitops.ACTIVATIONS}
+
+
 def test_relu_affine(be, rng):
     x = _data(rng, (2, 3, 4), "float32")
     w, b = _data(rng, (3,), "float32"), _data(rng, (3,), "float32")
@@ -286,7 +304,13 @@ def test_relu_affine(be, rng):
     _check(got, np.maximum(x * w[:, None] + b[:, None], np.float32(0)))
 
 
-# --- CPU only: parallel and tiled kernels, failures inside the kernel, the disk cache ---------
+# --- host only: parallel and tiled kernels, failures inside the kernel, the disk cache ---------
+#: These do not depend on the backend under test: the CUDA-simulator process deselects them
+#: (tests/test_cuda_sim.py), so they run once, in the main process.
+host_only = pytest.mark.host_only
+
+
+@host_only
 def test_act_functions_from_python():
     assert jitops.act.relu(-2.5) == 0.0 and jitops.act.relu(3) == 3
     assert type(jitops.act.gelu(np.float32(1.0))) is np.float32
@@ -295,6 +319,7 @@ def test_act_functions_from_python():
         jitops.act.relu("a")
 
 
+@host_only
 @pytest.mark.parametrize("shape, fx", [
     ((700, 300), None),                       # contiguous, parallel
     ((300, 700), lambda a: a.T),             # transposed: the tiled variant
@@ -324,6 +349,7 @@ def _complex_div(a, b):
     return a / b
 
 
+@host_only
 def test_an_exception_inside_the_kernel_raises_never_leaves_elements_unwritten():
     op = jitops.elementwise(_complex_div)
     a = np.full(200_000, 1 + 1j)
@@ -344,6 +370,7 @@ def test_an_exception_inside_the_kernel_raises_never_leaves_elements_unwritten()
         checked(np.array([1.0, -1.0]))
 
 
+@host_only
 def test_lambdas_and_closures_compile_per_process():
     k = 3.0
     op = jitops.elementwise(lambda v: v * k)
@@ -351,6 +378,7 @@ def test_lambdas_and_closures_compile_per_process():
     assert not op.cacheable and axpb.cacheable
 
 
+@host_only
 def test_module_level_user_op_is_loaded_from_the_disk_cache_in_a_new_process(tmp_path):
     (tmp_path / "myops.py").write_text(textwrap.dedent("""
         import jitops
@@ -377,6 +405,7 @@ def test_module_level_user_op_is_loaded_from_the_disk_cache_in_a_new_process(tmp
     assert runs[1].stdout.split() == ["1", "0"]   # loaded, not compiled
 
 
+@host_only
 def test_dask_refusals_and_laziness():
     da = pytest.importorskip("dask.array")
     x = da.from_array(np.arange(12.0).reshape(3, 4), chunks=(2, 2))
