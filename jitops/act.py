@@ -32,9 +32,8 @@ for _fn in _scalar.ACTS.values():  # the table's functions, callable from compil
 def _python_types(v, name: str):
     """(value type, compute type) for a call from Python."""
     t = type(v)
-    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.number)):
-        raise TypeError(f"jitops.act.{name} takes a real number, got {t.__name__}")
-    if isinstance(v, (complex, np.complexfloating)):
+    if isinstance(v, (bool, np.bool_, complex, np.complexfloating)) or \
+            not isinstance(v, (int, float, np.number)):
         raise TypeError(f"jitops.act.{name} takes a real number, got {t.__name__}")
     if isinstance(v, (int, np.integer)):
         return (t, t) if name in _INT_OK else (float, float)

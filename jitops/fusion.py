@@ -44,6 +44,9 @@ def _arity(fn, name: str) -> int:
         n += 1
     if n == 0:
         raise TypeError(f"jitops.elementwise: {name} takes no inputs (it needs at least one)")
+    if n >= nary.MAX_OPERANDS:  # the kernels keep every operand's offset on the task's stack
+        raise TypeError(f"jitops.elementwise: {name} takes {n} inputs; at most "
+                        f"{nary.MAX_OPERANDS - 1} are supported")
     return n
 
 

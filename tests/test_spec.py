@@ -19,16 +19,6 @@ from . import backends
 from .helpers import DTYPES, OPS, assert_same, numpy_op, sample, valid
 
 
-@pytest.fixture(params=backends.selected())
-def be(request):
-    if request.param == "cuda":
-        from jitops.core.device import cuda_unavailable_reason
-
-        if cuda_unavailable_reason() is not None:
-            pytest.skip("neither a GPU nor the CUDA simulator is available")
-    return backends.ALL[request.param]()
-
-
 def _call(be, op, *args, **kw):
     if be.device is not None:
         kw.setdefault("device", be.device)

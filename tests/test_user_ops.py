@@ -19,18 +19,6 @@ import pytest
 import jitops
 from jitops.core.plan import TILED
 
-from . import backends
-
-
-@pytest.fixture(params=backends.selected())
-def be(request):
-    if request.param == "cuda":
-        from jitops.core.device import cuda_unavailable_reason
-
-        if cuda_unavailable_reason() is not None:
-            pytest.skip("neither a GPU nor the CUDA simulator is available")
-    return backends.ALL[request.param]()
-
 
 # module-level user ops: cacheable on disk (a file-backed function)
 @jitops.elementwise

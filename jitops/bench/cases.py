@@ -146,21 +146,18 @@ def axpb(x, w, b):
     return x * w + b
 
 
-def _user_xwb():
-    """x * w + b with w, b per channel (pdpd axis 1): NumPy and PyTorch run it as two ops
-    into ``out`` (their best without temporaries), numexpr as one blocked expression."""
-    x = _rand((32, 64, 56, 56), seed=1)
-    w, b = _rand(64, seed=2), _rand(64, seed=3)
-    w3, b3 = w.reshape(64, 1, 1), b.reshape(64, 1, 1)
-    o = np.empty_like(x)
+def _axpb_into(x, w, b, o, wn, bn, **kw) -> dict[str, Callable[[], object]]:
+    """``x * w + b`` into ``o`` by every contender: jitops' user op in one pass (``kw``: pdpd's
+    axis), NumPy and PyTorch as two ops into ``o`` (their best without temporaries), numexpr
+    as one blocked expression; the others get ``wn``, ``bn`` in NumPy's broadcasting."""
 
     def numpy_two():
-        np.multiply(x, w3, out=o)
-        np.add(o, b3, out=o)
+        np.multiply(x, wn, out=o)
+        np.add(o, bn, out=o)
 
-    c = {"jitops": lambda: axpb(x, w, b, broadcast="pdpd", axis=1, out=o), "numpy": numpy_two}
+    c = {"jitops": lambda: axpb(x, w, b, out=o, **kw), "numpy": numpy_two}
     if torch is not None:
-        tx, tw, tb, to = _t(x, w3, b3, o)
+        tx, tw, tb, to = _t(x, wn, bn, o)
 
         def torch_two():
             torch.mul(tx, tw, out=to)
@@ -168,30 +165,24 @@ def _user_xwb():
 
         c["torch"] = torch_two
     if numexpr is not None:
-        c["numexpr"] = _ne("x * w + b", out=o, x=x, w=w3, b=b3)
+        c["numexpr"] = _ne("x * w + b", out=o, x=x, w=wn, b=bn)
+    return c
+
+
+def _user_xwb():
+    """x * w + b with w, b per channel (pdpd axis 1)."""
+    x = _rand((32, 64, 56, 56), seed=1)
+    w, b = _rand(64, seed=2), _rand(64, seed=3)
+    o = np.empty_like(x)
+    c = _axpb_into(x, w, b, o, w.reshape(64, 1, 1), b.reshape(64, 1, 1), broadcast="pdpd",
+                   axis=1)
     return c, 2 * x.nbytes
 
 
 def _user_abc():
     a, b, cc = _rand(10**7, seed=1), _rand(10**7, seed=2), _rand(10**7, seed=3)
     o = np.empty_like(a)
-
-    def numpy_two():
-        np.multiply(a, b, out=o)
-        np.add(o, cc, out=o)
-
-    c = {"jitops": lambda: axpb(a, b, cc, out=o), "numpy": numpy_two}
-    if torch is not None:
-        ta, tb, tc, to = _t(a, b, cc, o)
-
-        def torch_two():
-            torch.mul(ta, tb, out=to)
-            to.add_(tc)
-
-        c["torch"] = torch_two
-    if numexpr is not None:
-        c["numexpr"] = _ne("a * b + c", out=o, a=a, b=b, c=cc)
-    return c, 4 * a.nbytes
+    return _axpb_into(a, b, cc, o, b, cc), 4 * a.nbytes
 
 
 def _overhead():

@@ -40,6 +40,12 @@ class DTypes:
     compute: np.dtype  # what the scalar op runs in
 
 
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """What the kernels compute in for values of dtype ``dt``: float16 in float32 (Numba's CPU
+    target has no float16 arithmetic), everything else as it is."""
+    return np.dtype(np.float32) if dt == np.float16 else dt
+
+
 def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
     """TypeError naming the dtype if jitops does not compute on it."""
     if dt not in _SUPPORTED_SET:
@@ -176,7 +182,7 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
         )
     if result.kind == "c" and op not in COMPLEX_OPS:
         raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
-    compute = np.dtype(np.float32) if result == np.float16 else result
+    compute = compute_dtype(result)
     if act is not None:
         if result.kind == "c" or result.kind == "b":
             raise TypeError(

@@ -31,6 +31,7 @@ from .dtypes import (
     WEAK_SCALARS,
     DTypes,
     check_dtype,
+    compute_dtype,
     implementation,
     kernel_op,
     resolve,
@@ -249,7 +250,7 @@ def _dtypes(op: str | UserOp, operands, kinds, fname: str, act):
     inputs together (NumPy 2) and computes in that dtype (float16 in float32)."""
     common = np.result_type(*kinds)  # checked dtypes always promote
     if not isinstance(op, str):
-        compute = np.dtype(np.float32) if common == np.float16 else common
+        compute = compute_dtype(common)
         return op, DTypes(op.result_dtype(common, compute, fname), compute), common
     kop = kernel_op(op, common)
     dt = resolve(kop, *kinds, fname, act)

@@ -142,11 +142,11 @@ def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
 
 
 @intrinsic
-def stack_odometer(typingctx):
+def stack_words(typingctx):
     """``MAX_DIMS`` int64 words on the calling function's stack (an ``alloca`` in its entry
-    block), as a typed pointer.
+    block), as a typed pointer: a task's odometer, or its per-operand offsets.
 
-    Each task's odometer lives in its own stack frame, so its lifetime is the task's by
+    Each task's scratch lives in its own stack frame, so its lifetime is the task's by
     construction. (An NRT array allocated in the parallel driver and shared with the ``prange``
     tasks was freed while tasks still wrote to it: Numba prunes the reference once the array
     is no longer used in the driver's own IR, whatever expression pretends to use it.)
@@ -160,6 +160,30 @@ def stack_odometer(typingctx):
 
 
 @njit(**_JIT)
+def task_span(t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block, rows_per_task,
+              rows):
+    """Where task ``t`` lies in the plan (the inverse of :func:`task_geometry`):
+    ``(r, i0, j0, nrows, n)``. Tiled: ``r`` indexes the dims outside the tile, whose corner is
+    ``(i0, j0)`` in the two innermost dims (``dim_i`` x ``dim_j``). Otherwise ``r`` is the
+    task's first row and ``j0`` where its block starts in it (``i0`` is 0). ``nrows`` rows of
+    ``n`` elements follow. Every kernel family decodes its tasks here."""
+    if tiled:
+        per = nti * ntj
+        r = t // per
+        ti = (t - r * per) // ntj
+        tj = t - r * per - ti * ntj
+        i0 = ti * tile_i
+        j0 = tj * tile_j
+        return r, i0, j0, min(i0 + tile_i, dim_i) - i0, min(j0 + tile_j, dim_j) - j0
+    if nblk > 1:  # a block of one long row
+        r = t // nblk
+        j0 = (t - r * nblk) * block
+        return r, 0, j0, 1, min(j0 + block, dim_j) - j0
+    r = t * rows_per_task  # whole short rows
+    return r, 0, 0, min(r + rows_per_task, rows) - r, dim_j
+
+
+@njit(**_JIT)
 def _task(spec, po, px, py, pmeta, t):
     """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
 
@@ -170,7 +194,7 @@ def _task(spec, po, px, py, pmeta, t):
     """
     o, x, y = pointers(spec, po, px, py)
     meta = as_pointer(pmeta, _I64)
-    idx = stack_odometer()  # this task's odometer (nd - 1 words used)
+    idx = stack_words()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
     so = _stride(meta, nd, OUT, nd - 1)
@@ -179,42 +203,21 @@ def _task(spec, po, px, py, pmeta, t):
     # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
     so0, sx0, sy0 = (_stride(meta, nd, OUT, nd - 2), _stride(meta, nd, X, nd - 2),
                      _stride(meta, nd, Y, nd - 2))
-    if var == V_TILED:  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
-        nti, ntj = meta[M_NTI], meta[M_NTJ]
-        per = nti * ntj
-        r = t // per
-        ti = (t - r * per) // ntj
-        tj = t - r * per - ti * ntj
-        i0 = ti * meta[M_TILE_I]
-        nrows = min(i0 + meta[M_TILE_I], _dim(meta, nd - 2)) - i0
-        j0 = tj * meta[M_TILE_J]
-        n = min(j0 + meta[M_TILE_J], _dim(meta, nd - 1)) - j0
-        oo, xo, yo = _unravel(meta, nd, nd - 2, r, meta[M_OFF_O], meta[M_OFF_X], meta[M_OFF_Y],
-                              idx)
-        oo += i0 * so0 + j0 * so
-        xo += i0 * sx0 + j0 * sx
-        yo += i0 * sy0 + j0 * sy
+    tiled = var == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
+    r, i0, j0, nrows, n = task_span(
+        t, tiled, meta[M_NTI], meta[M_NTJ], meta[M_TILE_I], meta[M_TILE_J],
+        _dim(meta, max(nd - 2, 0)), _dim(meta, nd - 1), meta[M_NBLK], meta[M_BLOCK],
+        meta[M_ROWS_PER_TASK], meta[M_ROWS])
+    # Unravel the first row (or the tile's outer index) once, with div/mod; the rows after it
+    # are walked: along one dim in a tile, with the odometer otherwise.
+    step_dims = 1 if tiled else nd - 1
+    oo, xo, yo = _unravel(meta, nd, nd - 2 if tiled else nd - 1, r, meta[M_OFF_O],
+                          meta[M_OFF_X], meta[M_OFF_Y], idx)
+    oo += i0 * so0 + j0 * so
+    xo += i0 * sx0 + j0 * sx
+    yo += i0 * sy0 + j0 * sy
+    if tiled:
         var = V_STRIDED
-        step_dims = 1
-    else:
-        inner = _dim(meta, nd - 1)
-        nblk = meta[M_NBLK]
-        if nblk > 1:  # a block of one long row
-            r0 = t // nblk
-            nrows = 1
-            j0 = (t - r0 * nblk) * meta[M_BLOCK]
-            n = min(j0 + meta[M_BLOCK], inner) - j0
-        else:  # whole short rows
-            r0 = t * meta[M_ROWS_PER_TASK]
-            nrows = min(r0 + meta[M_ROWS_PER_TASK], meta[M_ROWS]) - r0
-            j0 = 0
-            n = inner
-        oo = meta[M_OFF_O] + j0 * so
-        xo = meta[M_OFF_X] + j0 * sx
-        yo = meta[M_OFF_Y] + j0 * sy
-        # Unravel the first row once (div/mod), then walk rows with an odometer.
-        oo, xo, yo = _unravel(meta, nd, nd - 1, r0, oo, xo, yo, idx)
-        step_dims = nd - 1
     for _ in range(nrows):
         _row(spec, o, x, y, oo, xo, yo, n, var, so, sx, sy)
         if step_dims == 1:  # rows along one dim (matrices, tiles): no odometer
@@ -266,29 +269,42 @@ def _resolve(oo, ox, oy, pmeta):
     return OK, po, px, py
 
 
-@intrinsic
-def _call_task(typingctx, task, po, px, py, pmeta, t):
-    """Call the compiled ``_task`` of some KernelSpec through its address; 1 if it failed.
+def task_caller(nargs: int):
+    """An intrinsic ``call(task, a1, ..., a<nargs>)``: call a compiled task of some spec
+    through its address with ``nargs`` int64 arguments; 1 if it failed, else 0.
 
-    ``task`` is the address of ``_task``'s machine code for one spec (see :func:`task_address`),
+    ``task`` is the address of a task's machine code for one spec (see :func:`task_address`),
     called with Numba's own calling convention; the spec argument is an opaque pointer nobody
-    reads, so a null one is passed. The drivers below are thereby spec-free: compiled (or
-    loaded from the disk cache) once per process, not once per op and dtype; a new signature
-    compiles only ``_task``. The callee's status is never discarded: anything but a normal
-    return (an exception raised inside the scalar code) gives 1, and the drivers report it.
+    reads, so a null one is passed. The drivers are thereby spec-free: compiled (or loaded
+    from the disk cache) once per process, not once per op and dtype; a new signature compiles
+    only its task. The callee's status is never discarded: anything but a normal return (an
+    exception raised inside the scalar code) gives 1, and the drivers report it.
     """
-    sig = types.int64(task, po, px, py, pmeta, t)
+    argtys = (types.voidptr,) + (types.int64,) * nargs
 
-    def codegen(context, builder, signature, args):
-        argtys = (types.voidptr,) + (types.int64,) * 5
-        fnty = context.call_conv.get_function_type(types.int64, argtys)
-        fn = builder.inttoptr(args[0], fnty.as_pointer())
-        null = context.get_constant_null(types.voidptr)
-        status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
-                                                    [null, *args[1:]])
-        return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
+    def define(typingctx, task, *args):
+        sig = types.int64(task, *args)
 
-    return sig, codegen
+        def codegen(context, builder, signature, llargs):
+            fnty = context.call_conv.get_function_type(types.int64, argtys)
+            fn = builder.inttoptr(llargs[0], fnty.as_pointer())
+            null = context.get_constant_null(types.voidptr)
+            status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
+                                                        [null, *llargs[1:]])
+            return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
+
+        return sig, codegen
+
+    # a fixed arity: Numba's intrinsics take no *args
+    params = ", ".join(f"a{i}" for i in range(nargs))
+    ns = {"define": define}
+    exec(f"def call_task(typingctx, task, {params}):\n"
+         f"    return define(typingctx, task, {params})\n", ns)
+    return intrinsic(ns["call_task"])
+
+
+#: ``_task`` (out, x, y, meta, t) of the built-in ops.
+_call_task = task_caller(5)
 
 
 def _drive(task, oo, ox, oy, pmeta):

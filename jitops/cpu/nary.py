@@ -38,7 +38,6 @@ import hashlib
 import os
 
 import numpy as np
-from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import (
@@ -62,16 +61,19 @@ from .kernels import (
     V_TILED,
     VARIANT_CODES,
     renamed,
-    stack_odometer,
+    stack_words,
+    task_caller,
     task_geometry,
+    task_span,
 )
 from .spec import as_pointer, storage, to_bool_byte
 
 _JIT = {"nogil": True, "error_model": "numpy"}
 _I64 = types.int64
 
-#: Most operands (out and the inputs) of a user op.
-MAX_OPERANDS = 64
+#: Most operands (out and the inputs) of a user op: a task keeps their offsets in the same
+#: stack words as its odometer.
+MAX_OPERANDS = MAX_DIMS
 
 #: Elements of one broadcast (constant-along-the-row) input staged on the task's stack.
 BUFFER = 1024
@@ -208,17 +210,6 @@ def user_task(spec, pptrs, pmeta, t):
     """One task of a user op (the code is generated for the spec's number of inputs)."""
 
 
-@intrinsic
-def _stack_offsets(typingctx):
-    """``MAX_OPERANDS`` int64 words on the calling task's stack: each operand's offset."""
-    sig = types.CPointer(types.int64)()
-
-    def codegen(context, builder, signature, args):
-        return cgutils.alloca_once(builder, ir.IntType(64), size=MAX_OPERANDS)
-
-    return sig, codegen
-
-
 @njit(**_JIT)
 def _stride(meta, nd, k, d):
     """Element stride of operand ``k`` (0 is out) along iteration dim ``d``."""
@@ -236,39 +227,17 @@ def _first_row(meta, t, offs, idx):
     nd = meta[U_ND]
     nops = meta[U_NOPS]
     sh = U_HDR + nops
+    tiled = meta[U_VARIANT] == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims
+    r, i0, j0, nrows, n = task_span(
+        t, tiled, meta[U_NTI], meta[U_NTJ], meta[U_TILE_I], meta[U_TILE_J],
+        meta[sh + max(nd - 2, 0)], meta[sh + nd - 1], meta[U_NBLK], meta[U_BLOCK],
+        meta[U_ROWS_PER_TASK], meta[U_ROWS])
     for k in range(nops):
-        offs[k] = meta[U_HDR + k]
-    if meta[U_VARIANT] == V_TILED:  # one TILE_I x TILE_J tile of the two innermost dims
-        nti, ntj = meta[U_NTI], meta[U_NTJ]
-        per = nti * ntj
-        r = t // per
-        ti = (t - r * per) // ntj
-        tj = t - r * per - ti * ntj
-        i0 = ti * meta[U_TILE_I]
-        nrows = min(i0 + meta[U_TILE_I], meta[sh + nd - 2]) - i0
-        j0 = tj * meta[U_TILE_J]
-        n = min(j0 + meta[U_TILE_J], meta[sh + nd - 1]) - j0
-        for k in range(nops):
-            offs[k] += i0 * _stride(meta, nd, k, nd - 2) + j0 * _stride(meta, nd, k, nd - 1)
-        outer = nd - 2
-        walk = True
-    else:
-        inner = meta[sh + nd - 1]
-        nblk = meta[U_NBLK]
-        if nblk > 1:  # a block of one long row
-            r = t // nblk
-            nrows = 1
-            j0 = (t - r * nblk) * meta[U_BLOCK]
-            n = min(j0 + meta[U_BLOCK], inner) - j0
-        else:  # whole short rows
-            r = t * meta[U_ROWS_PER_TASK]
-            nrows = min(r + meta[U_ROWS_PER_TASK], meta[U_ROWS]) - r
-            j0 = 0
-            n = inner
-        for k in range(nops):
-            offs[k] += j0 * _stride(meta, nd, k, nd - 1)
-        outer = nd - 1
-        walk = nd == 2
+        offs[k] = meta[U_HDR + k] + j0 * _stride(meta, nd, k, nd - 1)
+        if tiled:
+            offs[k] += i0 * _stride(meta, nd, k, nd - 2)
+    outer = nd - 2 if tiled else nd - 1
+    walk = tiled or nd == 2
     # unravel the first row once (div/mod); the rows after it are walked
     for d in range(outer - 1, -1, -1):
         m = meta[sh + d]
@@ -313,8 +282,8 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
     a("    meta = as_pointer(pmeta, I64)")
     a("    ptrs = as_pointer(pptrs, I64)")
     a("    nd = meta[U_ND]")
-    a("    idx = stack_odometer()")
-    a("    offs = stack_offsets()")
+    a("    idx = stack_words()")
+    a("    offs = stack_words()")
     for k in ks:
         a(f"    p{k} = as_pointer(ptrs[{k}], S{k})")
         a(f"    s{k} = stride(meta, nd, {k}, nd - 1)")
@@ -389,8 +358,8 @@ def _ov_user_task(spec, pptrs, pmeta, t):
     disp = compiled_function(fn)
     ret = return_type(fn, np.dtype(spec.compute), n)
     out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
-    ns = {"as_pointer": as_pointer, "I64": _I64, "stack_odometer": stack_odometer,
-          "stack_offsets": _stack_offsets, "stride": _stride, "first_row": _first_row,
+    ns = {"as_pointer": as_pointer, "I64": _I64, "stack_words": stack_words,
+          "stride": _stride, "first_row": _first_row,
           "next_row": _next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
           "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
           "to_bool_byte": to_bool_byte,
@@ -413,21 +382,8 @@ _utask_cached = njit(**_JIT)(renamed(_utask, "_utask"))
 _utask_local = njit(**_JIT)(renamed(_utask, "_utask_local"))
 
 
-@intrinsic
-def _call_utask(typingctx, task, pptrs, pmeta, t):
-    """Call a compiled ``_utask`` through its address; 1 if it failed (see kernels._call_task)."""
-    sig = types.int64(task, pptrs, pmeta, t)
-
-    def codegen(context, builder, signature, args):
-        argtys = (types.voidptr,) + (types.int64,) * 3
-        fnty = context.call_conv.get_function_type(types.int64, argtys)
-        fn = builder.inttoptr(args[0], fnty.as_pointer())
-        null = context.get_constant_null(types.voidptr)
-        status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
-                                                    [null, *args[1:]])
-        return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
-
-    return sig, codegen
+#: ``_utask`` (operand addresses, meta, t) through its address.
+_call_utask = task_caller(3)
 
 
 def _udrive(task, pptrs, pmeta):
@@ -442,8 +398,7 @@ def _udrive(task, pptrs, pmeta):
 _ukernel_parallel = njit(parallel=True, **_JIT)(renamed(_udrive, "_ukernel_parallel"))
 _ukernel_serial = njit(parallel=False, **_JIT)(renamed(_udrive, "_ukernel_serial"))
 
-KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "task": _utask_cached,
-           "task_local": _utask_local}
+KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial}
 # the helpers too: a new user op in a new process then compiles only its own task
 for _k in (_ukernel_parallel, _ukernel_serial, _utask_cached, _first_row, _next_row, _stride):
     cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
