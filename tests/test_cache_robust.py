@@ -43,11 +43,21 @@ def _task_files(d) -> tuple[str, list[str]]:
     return index[0], data
 
 
+@pytest.fixture(scope="module")
+def _template(tmp_path_factory):
+    """A cache populated once for the module (two processes: a compile, then a hit)."""
+    d = tmp_path_factory.mktemp("populated")
+    assert _run(d) == (0, 1)
+    assert _run(d) == (1, 0)
+    return d
+
+
 @pytest.fixture
-def populated(tmp_path):
-    assert _run(tmp_path) == (0, 1)
-    assert _run(tmp_path) == (1, 0)
-    return tmp_path
+def populated(_template, tmp_path):
+    """A private copy of the populated cache, for a test to damage."""
+    d = tmp_path / "cache"
+    shutil.copytree(_template, d)
+    return d
 
 
 def _damage_truncate(p):
