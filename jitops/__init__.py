@@ -15,7 +15,12 @@ from . import act  # noqa: E402
 from .core.pipeline import ScalarOverflowError  # noqa: E402
 from .core.plan import result_shape  # noqa: E402
 from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
-from .cpu.parallel import threading_layer  # noqa: E402
+from .cpu.parallel import (  # noqa: E402
+    get_num_threads,
+    set_num_threads,
+    threading_layer,
+    threads,
+)
 from .fusion import ElementwiseOp, elementwise  # noqa: E402
 from .ops import (  # noqa: E402
     add,
@@ -43,5 +48,5 @@ __all__ = [
     "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
     "elementwise_max", "elementwise_min", "elementwise_fmax", "elementwise_fmin",
     "elementwise", "ElementwiseOp", "act",
-    "result_shape", "threading_layer", "ACTIVATIONS", "ScalarOverflowError", "__version__",
+    "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads", "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

@@ -220,7 +220,7 @@ def machine() -> dict:
     info = {
         "cpu": _threading.cpu_model(),
         "logical_cpus": os.cpu_count(),
-        "threads": numba.get_num_threads(),
+        "threads": jitops.get_num_threads(),
         "threading_layer": _threading.threading_layer(),
         "python": platform.python_version(),
         "numpy": np.__version__,

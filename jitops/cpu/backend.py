@@ -9,7 +9,7 @@ end keeps for repeats of the same call (the fast path, jitops.ops).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numba
 import numpy as np
@@ -122,6 +122,24 @@ def entry_point(kernel, sig=_SIG):
     return e
 
 
+class Metas:
+    """A launch's meta arrays, one per thread count its tasks are balanced for, each built on
+    first use: ``set_num_threads`` and ``threads()`` may change the count between repeats of
+    one call (kept alive here as long as the launch, so the addresses stay valid)."""
+
+    __slots__ = ("build", "arrays")
+
+    def __init__(self, build):
+        self.build, self.arrays = build, {}
+
+    def address(self, threads: int) -> int:
+        a = self.arrays.get(threads)
+        if a is None:
+            meta = self.build(threads=threads)
+            a = self.arrays[threads] = (meta, _address(meta))
+        return a[1]
+
+
 class Launch:
     """Everything one call needs once its arrays are known: compiled entry point and meta.
 
@@ -129,17 +147,19 @@ class Launch:
     and Numba's dispatcher (whose type inference alone costs ~2 us).
     """
 
-    __slots__ = ("entry", "parallel", "task", "meta", "pmeta", "shape", "dtype", "strides",
+    __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "shape", "dtype", "strides",
                  "x_dtype", "y_dtype")
 
-    def __init__(self, spec: KernelSpec, plan, meta: np.ndarray, dtype: np.dtype):
+    def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         kernel = kernels.KERNELS["parallel" if self.parallel else "serial"]
         self.entry = entry_point(kernel)
         self.task = kernels.task_address(spec)
-        self.meta, self.shape, self.dtype = meta, plan.out_shape, dtype
-        self.pmeta = meta.__array_interface__["data"][0]
+        self.metas = Metas(build_meta)
+        # below the parallel threshold the tasks do not depend on the thread count
+        self.pmeta = None if self.parallel else self.metas.address(1)
+        self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
 
     def new_output(self) -> np.ndarray:
@@ -149,13 +169,15 @@ class Launch:
             out: np.ndarray | None) -> int:
         """Launch; returns the kernel's status (``kernels.OK``: written, else a check failed
         and nothing was written). A task that failed inside raises: never a silent result."""
-        args = (self.task, ref(target), ref(x), ref(y), self.pmeta)
-        if self.parallel and parallel.parallel_allowed():
-            status = parallel.launch_parallel(self.entry, *args)
-        elif self.parallel:  # serial() or a process whose layer cannot run: the serial kernel
-            status = entry_point(kernels.KERNELS["serial"])(*args)
+        if not self.parallel:
+            status = self.entry(self.task, ref(target), ref(x), ref(y), self.pmeta)
         else:
-            status = self.entry(*args)
+            n = parallel.num_threads()  # 1: threads(1), serial() or a layer that cannot run
+            args = (self.task, ref(target), ref(x), ref(y), self.metas.address(n))
+            if n > 1:
+                status = parallel.launch_parallel(self.entry, *args)
+            else:
+                status = entry_point(kernels.KERNELS["serial"])(*args)
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"
             raise RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside "
@@ -166,7 +188,7 @@ class Launch:
 @lru_cache(maxsize=4096)
 def _launch_for(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> Launch:
     aligns, extents, same = geometry
-    return Launch(spec, plan, kernels.build_meta(plan, aligns, extents, same), dtype)
+    return Launch(spec, plan, partial(kernels.build_meta, plan, aligns, extents, same), dtype)
 
 
 def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
@@ -197,11 +219,6 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     return result
 
 
-def _run(entry, serial_entry, parallel_size: bool, *args) -> int:
-    """Run a driver under the process's threading policy (jitops.cpu.parallel)."""
-    if parallel_size and parallel.parallel_allowed():
-        return parallel.launch_parallel(entry, *args)
-    return serial_entry(*args)
 
 
 class UserLaunch:
@@ -210,14 +227,13 @@ class UserLaunch:
     differ between calls of the same geometry (alignment, overlap of ``out``), made in Python
     before anything is written."""
 
-    __slots__ = ("task", "meta", "pmeta", "parallel", "shape", "dtype", "strides", "aligns",
+    __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "aligns",
                  "extents", "same")
 
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
         self.aligns, self.extents, self.same = geometry
         self.task = nary.task_address(spec)
-        self.meta = nary.build_meta(plan)
-        self.pmeta = _address(self.meta)
+        self.metas = Metas(partial(nary.build_meta, plan))
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
@@ -241,9 +257,13 @@ class UserLaunch:
                 if p + lo < po + ohi and po + olo < p + hi and not (p == po and self.same[k]):
                     return False
         ptrs = np.array(addrs, np.int64)  # alive until the kernel returns
-        status = _run(entry_point(nary.KERNELS["parallel"], _SIG3),
-                      entry_point(nary.KERNELS["serial"], _SIG3), self.parallel,
-                      self.task, ptrs.__array_interface__["data"][0], self.pmeta)
+        n = parallel.num_threads() if self.parallel else 1
+        args = (self.task, ptrs.__array_interface__["data"][0], self.metas.address(n))
+        if n > 1:
+            status = parallel.launch_parallel(entry_point(nary.KERNELS["parallel"], _SIG3),
+                                              *args)
+        else:
+            status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"
             raise RuntimeError(
@@ -256,8 +276,7 @@ class UserLaunch:
 
 
 @lru_cache(maxsize=4096)
-def _user_launch_for(spec: nary.UserSpec, plan, dtype: np.dtype, geometry,
-                     threads: int) -> UserLaunch:
+def _user_launch_for(spec: nary.UserSpec, plan, dtype: np.dtype, geometry) -> UserLaunch:
     return UserLaunch(spec, plan, dtype, geometry)
 
 
@@ -271,8 +290,7 @@ def _launch_user(call: PreparedCall) -> UserLaunch:
                 None if call.out is None else tuple(
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in arrays),
                 tuple(_same_geometry(call.target, a) for a in arrays))
-    result = _user_launch_for(spec, call.plan, call.dtypes.result, geometry,
-                              parallel.num_threads())
+    result = _user_launch_for(spec, call.plan, call.dtypes.result, geometry)
     if not result.run(call.target, call.inputs, call.fname, call.out):
         raise RuntimeError(f"jitops.{call.fname}: internal error: prepared operands refused")
     return result

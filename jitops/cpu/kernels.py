@@ -352,15 +352,17 @@ def task_address(spec) -> int:
     return addr
 
 
-def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | None = None
-                  ) -> tuple[int, ...]:
+def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | None = None,
+                  threads: int | None = None) -> tuple[int, ...]:
     """How a plan's iteration space is cut into tasks (every kernel family uses this):
-    ``(block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj)``."""
+    ``(block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj)``; ``threads`` is
+    the count the tasks are balanced for (default: what a call from here would use)."""
     if block is None:
         block = config.BLOCK
         if plan.size >= config.PARALLEL_THRESHOLD:
             # big tasks amortise their setup; but keep at least ~4 per thread for balance
-            per_thread = -(-plan.size // (4 * parallel.num_threads()))
+            n = parallel.num_threads() if threads is None else threads
+            per_thread = -(-plan.size // (4 * n))
             block = min(config.BLOCK, max(config.BLOCK_MIN, per_thread))
     ti, tj = tile or config.TILE
     shape = plan.iter_shape
@@ -388,14 +390,15 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
 
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
                data_offset: int | None = None, block: int | None = None,
-               tile: tuple[int, int] | None = None) -> np.ndarray:
+               tile: tuple[int, int] | None = None, threads: int | None = None) -> np.ndarray:
     """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
 
     ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
     checked, else None. ``same`` says whether x, y have out's exact shape and strides.
     ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
     """
-    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(plan, block, tile)
+    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(plan, block, tile,
+                                                                              threads)
     shape = plan.iter_shape
     check = extents is not None
     lo = [e[0] for e in extents] if check else [0, 0, 0]

@@ -418,9 +418,11 @@ def task_address(spec: UserSpec) -> int:
     return addr
 
 
-def build_meta(plan: Plan) -> np.ndarray:
-    """The int64 ``meta`` array of a user-op kernel (layout in the module docstring)."""
-    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(plan)
+def build_meta(plan: Plan, threads: int | None = None) -> np.ndarray:
+    """The int64 ``meta`` array of a user-op kernel (layout in the module docstring), its
+    tasks balanced for ``threads`` (default: what a call from here would use)."""
+    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(
+        plan, threads=threads)
     shape = plan.iter_shape
     nops = len(plan.iter_strides)
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,

@@ -28,7 +28,13 @@ actually loaded, how it may launch (:func:`parallel_allowed`, :func:`launch_para
   else, or the process forked after OpenMP loaded, the serial kernels run instead: slower,
   never hung or killed.
 
-``with serial():`` forces serial kernels on the calling thread (Dask's chunk tasks).
+How many threads a kernel uses is jitops' own setting (SPEC 1.2), never Numba's process
+state: :func:`get_num_threads`, :func:`set_num_threads` (process-wide), ``with threads(n):``
+(this Python thread only, nestable) and ``JITOPS_NUM_THREADS``; the default is the CPUs this
+process may run on (its affinity), at most Numba's pool (``NUMBA_NUM_THREADS``). A parallel
+launch sets Numba's thread-local count for its own duration and restores it after, so other
+Numba users in the process see what they set. One thread means the serial kernels;
+``with serial():`` is ``threads(1)`` (Dask's chunk tasks).
 """
 
 from __future__ import annotations
@@ -43,9 +49,17 @@ import sys
 import threading
 
 import numba
+import numpy as np
 
 _lock = threading.Lock()
 _state = {"tbb_loaded": False, "tbb_path": None, "forked_with_openmp": False}
+
+#: The environment variable that sets the default thread count.
+ENV_THREADS = "JITOPS_NUM_THREADS"
+
+#: The process-wide count: (pid it was set or computed in, count, set by set_num_threads).
+#: A forked child recomputes its default (its affinity may differ) but keeps a set count.
+_setting: tuple[int, int, bool] | None = None
 
 #: The per-process decision: (pid it was made in, parallel allowed, serialise launches, why).
 _decision: tuple[int, bool, bool, str] | None = None
@@ -102,7 +116,9 @@ def configure() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _decision
+    global _lock, _decision, _setting
+    if _setting is not None and not _setting[2]:
+        _setting = None  # the default follows the child's own affinity
     # An OpenMP runtime present at the fork may have had threads in the parent, which the
     # child does not have: GNU OpenMP then hangs or is killed at its next parallel region.
     _state["forked_with_openmp"] = bool(openmp_runtimes())
@@ -158,16 +174,155 @@ def threading_layer() -> str:
 _local = threading.local()
 
 
+def pool_size() -> int:
+    """Threads in Numba's pool (``NUMBA_NUM_THREADS``): the most a kernel can use."""
+    return max(1, int(numba.config.NUMBA_NUM_THREADS))
+
+
+def affinity() -> int:
+    """CPUs this process may run on (``sched_getaffinity``; the CPU count where unknown)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def _checked(n, what: str) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
+        raise TypeError(f"{what}: the number of threads must be an int, got "
+                        f"{type(n).__name__} {n!r}")
+    n, top = int(n), pool_size()
+    if not 1 <= n <= top:
+        raise ValueError(f"{what}: the number of threads must be between 1 and {top} (Numba's "
+                         f"thread pool, NUMBA_NUM_THREADS), got {n}")
+    return n
+
+
+def default_threads() -> int:
+    """The count before any :func:`set_num_threads`: ``JITOPS_NUM_THREADS`` if set (at most
+    Numba's pool), else this process's affinity (at most Numba's pool)."""
+    env = os.environ.get(ENV_THREADS, "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            n = 0
+        if n < 1:
+            raise ValueError(f"{ENV_THREADS} must be a positive integer, got {env!r}")
+        return min(n, pool_size())
+    return min(affinity(), pool_size())
+
+
+def _process_threads() -> int:
+    global _setting
+    s = _setting
+    if s is None or s[0] != os.getpid():
+        keep = s is not None and s[2]
+        s = _setting = (os.getpid(), s[1] if keep else default_threads(), keep)
+    return s[1]
+
+
+def get_num_threads() -> int:
+    """The number of threads jitops' CPU kernels use for calls from this Python thread.
+
+    The innermost ``with jitops.threads(n):`` block of this thread if any, else what
+    :func:`set_num_threads` set, else ``JITOPS_NUM_THREADS``, else the CPUs this process may
+    run on (its affinity); never more than Numba's thread pool. Arrays below the parallel
+    threshold run serially whatever this says.
+
+    Returns
+    -------
+    int
+        At least 1.
+
+    Raises
+    ------
+    ValueError
+        If ``JITOPS_NUM_THREADS`` is set to anything but a positive integer.
+
+    Examples
+    --------
+    >>> import jitops
+    >>> with jitops.threads(1):
+    ...     jitops.get_num_threads()
+    1
+    """
+    n = getattr(_local, "threads", None)
+    return n if n is not None else _process_threads()
+
+
+def set_num_threads(n: int) -> None:
+    """Set the number of threads jitops' CPU kernels use, for the whole process.
+
+    Python threads inside a ``with jitops.threads(m):`` block keep their ``m``. Numba's own
+    setting (``numba.set_num_threads``) is not changed: jitops applies its count around each
+    of its launches only.
+
+    Parameters
+    ----------
+    n : int
+        From 1 (serial kernels) to Numba's pool size, ``NUMBA_NUM_THREADS``.
+
+    Raises
+    ------
+    TypeError
+        If ``n`` is not an int.
+    ValueError
+        If ``n`` is below 1 or above Numba's pool size.
+
+    Examples
+    --------
+    >>> import jitops
+    >>> before = jitops.get_num_threads()
+    >>> jitops.set_num_threads(1)
+    >>> jitops.get_num_threads()
+    1
+    >>> jitops.set_num_threads(before)
+    """
+    global _setting
+    _setting = (os.getpid(), _checked(n, "jitops.set_num_threads"), True)
+
+
 @contextlib.contextmanager
-def serial():
-    """Within this block, calls from this thread run the serial kernels: for callers that
-    already run one task per core (Dask's chunk tasks), where nested threads only compete."""
-    before = getattr(_local, "serial", False)
-    _local.serial = True
+def threads(n: int):
+    """Within this block, calls from this Python thread use ``n`` threads (1: the serial
+    kernels); other threads are not affected. Blocks nest; the previous count comes back on
+    exit, exception or not.
+
+    Parameters
+    ----------
+    n : int
+        From 1 to Numba's pool size, ``NUMBA_NUM_THREADS``.
+
+    Raises
+    ------
+    TypeError
+        If ``n`` is not an int.
+    ValueError
+        If ``n`` is below 1 or above Numba's pool size.
+
+    Examples
+    --------
+    >>> import numpy as np, jitops
+    >>> with jitops.threads(1):
+    ...     r = jitops.subtract(np.ones(10**6), 1.0)
+    >>> float(r.sum())
+    0.0
+    """
+    n = _checked(n, "jitops.threads")
+    before = getattr(_local, "threads", None)
+    _local.threads = n
     try:
         yield
     finally:
-        _local.serial = before
+        _local.threads = before
+
+
+def serial():
+    """Within this block, calls from this thread run the serial kernels (``threads(1)``): for
+    callers that already run one task per core (Dask's chunk tasks), where nested threads
+    only compete."""
+    return threads(1)
 
 
 def _current() -> tuple[int, bool, bool, str]:
@@ -177,25 +332,38 @@ def _current() -> tuple[int, bool, bool, str]:
 
 
 def parallel_allowed() -> bool:
-    """False inside :func:`serial`, and in a process where the layer cannot run safely (see
-    the module docstring)."""
-    if getattr(_local, "serial", False):
+    """False where this thread's count is 1 (:func:`threads`, :func:`serial`), and in a
+    process where the layer cannot run safely (see the module docstring)."""
+    if get_num_threads() == 1:
         return False
     return _current()[1]
 
 
 def num_threads() -> int:
     """Threads a parallel kernel of this call would use (1 where only serial kernels run)."""
-    return numba.get_num_threads() if parallel_allowed() else 1
+    return get_num_threads() if parallel_allowed() else 1
 
 
 def launch_parallel(kernel, *args):
-    """Run a parallel kernel and return its result, one launch at a time where the layer is
-    not thread-safe (workqueue). Call only where :func:`parallel_allowed` said yes."""
-    if _current()[2]:
-        with _lock:
-            return kernel(*args)
-    return kernel(*args)
+    """Run a parallel kernel on :func:`get_num_threads` threads and return its result, one
+    launch at a time where the layer is not thread-safe (workqueue). Call only where
+    :func:`parallel_allowed` said yes.
+
+    Numba's count is thread-local: it is set for this launch and put back after, so what a
+    user (or another library) gave ``numba.set_num_threads`` is what they find afterwards.
+    """
+    n = get_num_threads()
+    before = numba.get_num_threads()
+    if n != before:
+        numba.set_num_threads(n)
+    try:
+        if _current()[2]:
+            with _lock:
+                return kernel(*args)
+        return kernel(*args)
+    finally:
+        if n != before:
+            numba.set_num_threads(before)
 
 
 def cpu_model() -> str:
@@ -216,7 +384,12 @@ def info() -> dict:
     return {
         "cpu": cpu_model(),
         "threading_layer": numba.threading_layer(),
-        "num_threads": numba.get_num_threads(),
+        "num_threads": get_num_threads(),
+        "num_threads_source": ("set_num_threads" if _setting and _setting[2] else
+                               ENV_THREADS if os.environ.get(ENV_THREADS, "").strip() else
+                               "affinity"),
+        "affinity": affinity(),
+        "numba_pool": pool_size(),
         "parallel": parallel,
         "parallel_reason": why,
         "tbb_loaded": _state["tbb_loaded"],

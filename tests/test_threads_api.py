@@ -1,0 +1,207 @@
+"""The thread-count API (SPEC 1.2): get_num_threads, set_num_threads, threads(n),
+JITOPS_NUM_THREADS, a default from the process's CPU affinity, and Numba's own setting left
+as the user set it.
+
+Which threads ran a kernel is read from inside it: a user op returns ``numba.get_thread_id()``
+for every element, so a kernel told to use one thread must give only zeros.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numba
+import numpy as np
+import pytest
+
+import jitops
+from jitops.core import config as _config
+from jitops.cpu import parallel
+
+POOL = parallel.pool_size()
+needs_two = pytest.mark.skipif(POOL < 2 or not parallel.parallel_allowed(),
+                               reason="one CPU (or a serial-only layer): nothing to divide")
+
+thread_ids = jitops.elementwise(lambda x: numba.get_thread_id() + x * 0)
+
+# large enough for several parallel tasks per thread
+N = 16 * _config.PARALLEL_THRESHOLD
+
+
+@pytest.fixture(autouse=True)
+def _restore_process_count():
+    before = parallel._setting
+    yield
+    parallel._setting = before
+
+
+def _ids(n_elems=N) -> set[int]:
+    return set(np.unique(thread_ids(np.zeros(n_elems, np.int64))).tolist())
+
+
+def _ids_of_a_kernel_that_uses_all() -> set[int]:
+    """Thread ids seen over a few launches (a worker may miss one launch's tasks)."""
+    seen: set[int] = set()
+    for _ in range(20):
+        seen |= _ids()
+        if len(seen) > 1:
+            break
+    return seen
+
+
+def test_default_is_the_affinity_capped_by_numbas_pool():
+    assert jitops.get_num_threads() == min(len(os.sched_getaffinity(0)), POOL)
+    assert _ids() <= set(range(jitops.get_num_threads()))
+
+
+@needs_two
+def test_threads_one_runs_a_parallel_size_call_on_one_thread():
+    assert len(_ids_of_a_kernel_that_uses_all()) > 1  # the default does use several
+    with jitops.threads(1):
+        assert jitops.get_num_threads() == 1
+        assert _ids() == {0}
+        x = np.arange(N, dtype=np.float32)
+        np.testing.assert_array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
+    assert jitops.get_num_threads() == min(len(os.sched_getaffinity(0)), POOL)
+
+
+@needs_two
+def test_set_num_threads_is_process_wide_and_threads_is_per_thread():
+    jitops.set_num_threads(1)
+    assert _ids() == {0}
+    seen = {}
+
+    def other():
+        seen["count"] = jitops.get_num_threads()  # the process-wide setting
+        with jitops.threads(2):
+            seen["inner"] = jitops.get_num_threads()
+            seen["ids"] = _ids_of_a_kernel_that_uses_all()
+        seen["after"] = jitops.get_num_threads()
+
+    with jitops.threads(2):  # this thread's block is not seen by the other thread
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert jitops.get_num_threads() == 2
+    assert seen == {"count": 1, "inner": 2, "ids": {0, 1}, "after": 1}
+    assert jitops.get_num_threads() == 1
+
+
+def test_threads_blocks_nest_and_restore_on_exceptions():
+    base = jitops.get_num_threads()
+    with jitops.threads(1):
+        with jitops.threads(POOL):
+            assert jitops.get_num_threads() == POOL
+        assert jitops.get_num_threads() == 1
+        with pytest.raises(ZeroDivisionError):
+            with jitops.threads(POOL):
+                1 / 0
+        assert jitops.get_num_threads() == 1
+    assert jitops.get_num_threads() == base
+
+
+@needs_two
+def test_numbas_own_setting_is_left_as_the_user_set_it():
+    numba.set_num_threads(1)
+    try:
+        assert len(_ids_of_a_kernel_that_uses_all()) > 1  # jitops' count, not Numba's
+        assert numba.get_num_threads() == 1
+        with jitops.threads(2):
+            x = np.ones(N)
+            jitops.add(x, x)
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(POOL)
+    numba.set_num_threads(2)
+    with jitops.threads(1):
+        jitops.add(np.ones(N), 1.0)
+        assert numba.get_num_threads() == 2
+
+
+@needs_two
+def test_a_repeated_call_follows_the_count_of_each_call():
+    """The fast path keeps one launch per call geometry: its tasks must follow the count."""
+    x = np.linspace(-1, 1, N)
+    y = x[::-1].copy()
+    out = np.empty_like(x)
+    for n in (2, 1, 2, 1):
+        with jitops.threads(n):
+            assert jitops.subtract(x, y, out=out) is out
+            np.testing.assert_array_equal(out, x - y)
+            ids = _ids_of_a_kernel_that_uses_all() if n > 1 else _ids()
+            assert ids == set(range(n))
+
+
+@pytest.mark.parametrize("bad, err", [(0, ValueError), (POOL + 1, ValueError), (-2, ValueError),
+                                      (1.5, TypeError), (True, TypeError), ("2", TypeError),
+                                      (None, TypeError)])
+def test_bad_counts_are_refused_by_name(bad, err):
+    before = jitops.get_num_threads()
+    with pytest.raises(err, match="jitops.set_num_threads: the number of threads"):
+        jitops.set_num_threads(bad)
+    with pytest.raises(err, match="jitops.threads: the number of threads"):
+        with jitops.threads(bad):
+            pass
+    assert jitops.get_num_threads() == before
+
+
+def test_numpy_integer_counts_are_accepted():
+    with jitops.threads(np.int64(1)):
+        assert jitops.get_num_threads() == 1
+        assert type(jitops.get_num_threads()) is int
+
+
+def test_dask_chunks_run_serially_whatever_the_count():
+    from jitops import dispatch
+
+    seen = []
+    real = parallel.num_threads
+
+    def spy():
+        seen.append(real())
+        return seen[-1]
+
+    parallel.num_threads = spy
+    try:
+        blk = np.ones(2 * _config.PARALLEL_THRESHOLD)
+        np.testing.assert_array_equal(dispatch.chunk("add", "add", None, blk, blk), 2 * blk)
+    finally:
+        parallel.num_threads = real
+    assert seen and set(seen) == {1}
+
+
+def _child(code: str, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **env)
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=e,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_environment_variable_and_affinity_in_a_new_process():
+    code = """
+        import os
+        {pre}
+        import jitops
+        print(jitops.get_num_threads())
+    """
+    res = _child(code.format(pre=""), JITOPS_NUM_THREADS="1")
+    assert res.returncode == 0 and res.stdout.split()[-1] == "1", res.stderr
+    res = _child(code.format(pre=""), JITOPS_NUM_THREADS="999")  # at most Numba's pool
+    assert res.returncode == 0 and res.stdout.split()[-1] == str(POOL), res.stderr
+    # no variable: the CPUs this process may run on
+    res = _child(code.format(pre="os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})"),
+                 JITOPS_NUM_THREADS="")
+    assert res.returncode == 0 and res.stdout.split()[-1] == "1", res.stderr
+    res = _child(code.format(pre=""), JITOPS_NUM_THREADS="two")
+    assert res.returncode != 0
+    assert "ValueError: JITOPS_NUM_THREADS must be a positive integer, got 'two'" in res.stderr
+
+
+def test_info_reports_the_count_and_where_it_came_from():
+    jitops.set_num_threads(1)
+    th = parallel.info()
+    assert (th["num_threads"], th["num_threads_source"]) == (1, "set_num_threads")
+    assert th["numba_pool"] == POOL and th["affinity"] == len(os.sched_getaffinity(0))
