@@ -3,6 +3,7 @@
   info   versions, threading layer, thread count, CUDA availability (and why not), cache location
   demo   the seed documents' examples (Paddle, OpenVINO) with their results
   bench  the benchmark suite against NumPy/PyTorch/numexpr (``bench --help`` for its options)
+  warmup compile the common signatures into the on-disk kernel cache, with progress
 """
 
 from __future__ import annotations
@@ -108,6 +109,13 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("demo", help="the seed documents' examples with their results")
     sub.add_parser("bench", add_help=False,
                    help="run the benchmark suite (jitops.bench; bench --help for options)")
+    w = sub.add_parser("warmup", help="compile the common signatures into the kernel cache")
+    w.add_argument("--ops", nargs="+", metavar="OP", help="ops to compile (default: "
+                   "add subtract multiply divide maximum minimum fmax fmin elementwise_div)")
+    w.add_argument("--dtypes", nargs="+", metavar="DTYPE",
+                   help="operand dtypes (default: float32 float64 int32 int64)")
+    w.add_argument("--acts", nargs="+", metavar="ACT", default=[],
+                   help="fused activations to compile as well as act=None (default: none)")
     a, rest = p.parse_known_args(argv)
     if a.cmd != "bench" and rest:
         p.error(f"unrecognized arguments: {' '.join(rest)}")
@@ -115,6 +123,15 @@ def main(argv: list[str] | None = None) -> int:
         return _demo()
     if a.cmd == "info":
         return _info()
+    if a.cmd == "warmup":
+        from jitops import warmup
+
+        try:
+            todo = (a.ops or warmup.OPS, a.dtypes or warmup.DTYPES, [None, *a.acts])
+            warmup.steps(*todo)  # every name checked before anything compiles
+        except ValueError as e:
+            p.error(str(e))
+        return warmup.run(*todo)
     from jitops.bench.run import main as bench
 
     return bench(rest)

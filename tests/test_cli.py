@@ -1,4 +1,4 @@
-"""The command line: ``python -m jitops {info,demo,bench}`` and ``--help`` exit 0."""
+"""The command line: ``python -m jitops {info,demo,bench,warmup}`` and ``--help`` exit 0."""
 
 import json
 import subprocess
@@ -7,15 +7,15 @@ import sys
 import pytest
 
 
-def _run(*args, timeout=600):
+def _run(*args, timeout=600, env=None):
     return subprocess.run([sys.executable, "-m", "jitops", *args], capture_output=True,
-                          text=True, timeout=timeout)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_help_lists_the_commands():
     r = _run("--help")
     assert r.returncode == 0
-    for cmd in ("info", "demo", "bench"):
+    for cmd in ("info", "demo", "bench", "warmup"):
         assert cmd in r.stdout
 
 
@@ -58,6 +58,56 @@ def test_bench_help_is_the_suites():
 @pytest.mark.parametrize("bad", [["nosuch"], ["demo", "--x"]])
 def test_bad_usage_exits_2(bad):
     assert _run(*bad).returncode == 2
+
+
+# The op-specific task statistics of a first call in a new process: "<hits> <misses>".
+FIRST_CALL = """
+import numpy as np, jitops
+from jitops.cpu import kernels
+r = jitops.{op}(np.ones(3, np.{dt}), np.ones(3, np.{dt}))
+s = kernels.KERNELS["task"].stats
+print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))
+"""
+
+
+def test_warmup_fills_the_cache_a_new_process_then_reads(tmp_path):
+    import os
+
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
+    env.pop("JITOPS_CACHE", None)
+    r = _run("warmup", "--ops", "fmin", "--dtypes", "float32", "--acts", "relu", env=env)
+    assert r.returncode == 0, r.stderr
+    # a progress bar, each step named, and a summary with what was compiled
+    assert "] 1/4 fmin float32" in r.stderr and "] 4/4 user-op drivers" in r.stderr
+    assert "op signatures: 2 compiled, 0 already cached" in r.stderr
+    assert str(tmp_path) in r.stderr
+
+    def first_call(op, dt):
+        res = subprocess.run([sys.executable, "-c", FIRST_CALL.format(op=op, dt=dt)], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        return tuple(int(v) for v in res.stdout.split()[-2:])
+
+    assert first_call("fmin", "float32") == (1, 0)  # warmed: loaded, not compiled
+    assert first_call("fmax", "float32") == (0, 1)  # not asked for: compiled on first use
+    r = _run("warmup", "--ops", "fmin", "--dtypes", "float32", env=env)
+    assert r.returncode == 0 and "op signatures: 0 compiled, 1 already cached" in r.stderr
+
+
+@pytest.mark.parametrize("args, word", [(["--ops", "nosuch"], "'nosuch'"),
+                                         (["--dtypes", "float33"], "'float33'"),
+                                         (["--acts", "swish"], "'swish'"),
+                                         (["--ops", "threads"], "'threads'")])
+def test_warmup_refuses_unknown_names_before_compiling(args, word):
+    r = _run("warmup", *args)
+    assert r.returncode == 2 and word in r.stderr and "] 1/" not in r.stderr
+
+
+def test_warmup_says_when_there_is_no_cache_to_fill():
+    import os
+
+    r = _run("warmup", "--ops", "add", "--dtypes", "int8", env=dict(os.environ, JITOPS_CACHE="0"))
+    assert r.returncode == 1 and "the kernel cache is off" in r.stderr
 
 
 def test_bench_runs_from_an_installed_package(tmp_path):
