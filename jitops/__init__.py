@@ -48,5 +48,6 @@ __all__ = [
     "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
     "elementwise_max", "elementwise_min", "elementwise_fmax", "elementwise_fmin",
     "elementwise", "ElementwiseOp", "act",
-    "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads", "ACTIVATIONS", "ScalarOverflowError", "__version__",
+    "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
+    "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

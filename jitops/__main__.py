@@ -88,8 +88,9 @@ def _info() -> int:
         ("jitops", jitops.__version__), ("python", platform.python_version()),
         ("numpy", np.__version__), ("numba", numba.__version__),
         ("cpu", f"{th['cpu']} ({platform.machine()})"),
-        ("threading layer", th["threading_layer"]), ("threads", f"{th['num_threads']} (from {th['num_threads_source']}; "
-                     f"affinity {th['affinity']} CPUs, Numba pool {th['numba_pool']})"),
+        ("threading layer", th["threading_layer"]),
+        ("threads", f"{th['num_threads']} (from {th['num_threads_source']}; "
+                    f"affinity {th['affinity']} CPUs, Numba pool {th['numba_pool']})"),
         ("parallel", th["parallel_reason"]),
         ("tbb library", th["tbb_path"] or "not found"),
         ("openmp loaded", ", ".join(th["openmp_runtimes"]) or "none"),
