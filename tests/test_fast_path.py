@@ -143,14 +143,22 @@ def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
     np.testing.assert_array_equal(jitops.multiply(np.ascontiguousarray(x), y, out=out_t), x * y)
 
 
-@pytest.mark.parametrize("tile", [(1, 1), (3, 5), (64, 8)])
+@pytest.mark.parametrize("tile", [(1, 1), (3, 5), (64, 8), (8, 512), (5000, 5000)])
 def test_tiled_any_tile_shape(tile, rng, monkeypatch):
+    """Any tile shape (one larger than a task's stack holds is cut down to fit), with one
+    input staged from across the rows, both staged, a reversed one, and a transposed out."""
     monkeypatch.setattr(_config, "TILE", tile)
     dispatch._FAST.clear()
     backend.clear_launches()
     x = rng.random((90, 77)).astype(np.float32)
     y = rng.random((77, 90)).astype(np.float32)
+    x2 = rng.random((90, 77)).astype(np.float32)
     np.testing.assert_array_equal(jitops.subtract(x.T, y), x.T - y)
+    np.testing.assert_array_equal(jitops.subtract(y, x.T[::-1]), y - x.T[::-1])
+    out = np.full((77, 90), np.nan, np.float32)
+    np.testing.assert_array_equal(jitops.subtract(x.T, x2.T, out=out), x.T - x2.T)
+    out_t = np.full((90, 77), np.nan, np.float32).T
+    np.testing.assert_array_equal(jitops.subtract(y, x.T, out=out_t), y - x.T)
     dispatch._FAST.clear()
     backend.clear_launches()
 

@@ -16,9 +16,35 @@ BLOCK = int(os.environ.get("JITOPS_BLOCK", 65536))
 BLOCK_MIN = 4096
 
 #: Tile of the ``tiled`` variant (rows x columns of the two innermost dims), for operands that
-#: disagree on layout. Small enough that the lines the transposed operand touches stay in L1/L2
-#: (its power-of-2 strides map them to few cache sets); measured with benchmarks/.
-TILE = (int(os.environ.get("JITOPS_TILE_I", 32)), int(os.environ.get("JITOPS_TILE_J", 32)))
+#: disagree on layout (``X.T - Y``). Measured on 4096^2 transposes (benchmarks/): short and
+#: wide, walked down a column of tiles -- an input staged from across the rows then reads
+#: 8 elements of each of 512 of its rows, and the next tile down reads the rest of those
+#: same cache lines -- 8 x 512 gave 14 ms for float32 (10x NumPy) against 27-34 ms for
+#: 32 x 32, and was the best or near it for int8, int16 and float64 too. At most
+#: ``jitops.cpu.kernels.TILE_MAX`` elements (a staged tile lives on the task's stack).
+TILE = (int(os.environ.get("JITOPS_TILE_I", 8)), int(os.environ.get("JITOPS_TILE_J", 512)))
+
+
+def _last_level_cache_bytes(default: int = 32 << 20) -> int:
+    """The largest CPU cache's size (Linux sysfs), else ``default``."""
+    import glob
+
+    best = 0
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        try:
+            with open(path) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            best = max(best, int(text.rstrip("KMG")) * scale)
+        except (OSError, ValueError):
+            continue
+    return best or default
+
+
+#: Outputs of at least this many bytes are written with non-temporal stores (jitops.cpu.stream):
+#: the last-level cache's size, since a larger output cannot stay cached for its next reader
+#: anyway and its read-for-ownership is pure cost. 0 turns streaming off.
+STREAM_BYTES = int(os.environ.get("JITOPS_STREAM_BYTES", _last_level_cache_bytes()))
 
 
 def cache_enabled() -> bool:

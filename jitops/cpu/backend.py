@@ -117,6 +117,10 @@ def entry_point(kernel, sig=_SIG):
     """The compiled driver (one signature for every op and dtype; compiled or loaded once)."""
     e = _ENTRIES.get(kernel)
     if e is None:
+        if kernel.targetoptions.get("parallel"):
+            # Loading a parallel kernel (from disk, too) starts Numba's threading layer: the
+            # process's threading decision must see the process as it was before that.
+            parallel.parallel_allowed()
         kernel.compile(sig)
         e = _ENTRIES[kernel] = kernel.overloads[sig].entry_point
     return e
@@ -188,7 +192,9 @@ class Launch:
 @lru_cache(maxsize=4096)
 def _launch_for(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> Launch:
     aligns, extents, same = geometry
-    return Launch(spec, plan, partial(kernels.build_meta, plan, aligns, extents, same), dtype)
+    build = partial(kernels.build_meta, plan, aligns, extents, same,
+                    stream=kernels.streams(plan, dtype, (spec.x, spec.y)))
+    return Launch(spec, plan, build, dtype)
 
 
 def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
@@ -233,7 +239,8 @@ class UserLaunch:
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
         self.aligns, self.extents, self.same = geometry
         self.task = nary.task_address(spec)
-        self.metas = Metas(partial(nary.build_meta, plan))
+        self.metas = Metas(partial(nary.build_meta, plan, stream=kernels.streams(
+            plan, dtype, tuple(np.dtype(d) for d in spec.inputs))))
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)

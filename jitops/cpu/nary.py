@@ -29,7 +29,10 @@ of an int64 array of the operands' data addresses (out first) and that of the in
 array::
 
     [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
-     start offsets (nops), shape (nd), strides (nops x nd, out first)]
+     stream, start offsets (nops), shape (nd), strides (nops x nd, out first)]
+
+``stream`` (kernels.streams decides) writes the unit-stride rows of out with non-temporal
+stores, as the built-in kernels do (jitops.cpu.stream).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from .kernels import (
     task_span,
 )
 from .spec import as_pointer, storage, to_bool_byte
+from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
 
 _JIT = {"nogil": True, "error_model": "numpy"}
 _I64 = types.int64
@@ -75,13 +79,15 @@ _I64 = types.int64
 #: stack words as its odometer.
 MAX_OPERANDS = MAX_DIMS
 
-#: Elements of one broadcast (constant-along-the-row) input staged on the task's stack.
+#: Elements of one broadcast (constant-along-the-row) input staged on the task's stack; also
+#: the chunk of a row, so a chunk spans a whole number of streaming-aligned bytes.
 BUFFER = 1024
+assert BUFFER % STREAM_ALIGN == 0
 
 # meta header (int64)
 U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
-U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
-U_HDR = 12
+U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS, U_STREAM = 7, 8, 9, 10, 11, 12
+U_HDR = 13
 
 
 class UserSpecType(types.Dummy):
@@ -290,6 +296,7 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
     for k in ins:
         a(f"    b{k} = buffer{k}()")
     a("    nrows, n, walk = first_row(meta, t, offs, idx)")
+    a("    stream = meta[U_STREAM]")
     cond = " and ".join(["s0 == 1"] + [f"(s{k} == 0 or s{k} == 1)" for k in ins])
     a(f"    contig = {cond}")
     a("    for _ in range(nrows):")
@@ -301,9 +308,19 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
         a(f"                v{k} = p{k}[o{k}]")
         a("                for i in range(min(n, BUFFER)):")
         a(f"                    b{k}[i] = v{k}")
+    # streaming: ordinary stores up to the first aligned address of out's row (h == n: the
+    # row does not stream), non-temporal ones after it (jitops.cpu.stream)
+    # The head is a chunk of its own, so every later chunk starts aligned too (BUFFER
+    # elements span a multiple of STREAM_ALIGN bytes): a misaligned vector non-temporal store
+    # faults.
+    a("            h = stream_head(p0, o0, n) if stream else n")
     a("            j = 0")
     a("            while j < n:")
     a("                m = min(BUFFER, n - j)")
+    a("                hs = 0")
+    a("                if j < h:")
+    a("                    m = min(m, h - j)")
+    a("                    hs = m")
     for k in ins:
         a(f"                if s{k} == 0:")
         a(f"                    q{k} = b{k}")
@@ -313,14 +330,18 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
         a(f"                    r{k} = o{k} + j")
     a("                r0 = o0 + j")
     args = ", ".join(_load_expr(inputs[k - 1], f"q{k}[r{k} + i]") for k in ins)
-    a("                for i in range(m):")
+    a("                for i in range(hs):")
     a(f"                    p0[r0 + i] = {_store_expr(out, ret, f'FN({args})')}")
+    a("                for i in range(hs, m):")
+    a(f"                    stream_put(p0, r0 + i, {_store_expr(out, ret, f'FN({args})')})")
     a("                j += m")
     a("        else:")
     args = ", ".join(_load_expr(inputs[k - 1], f"p{k}[o{k} + i * s{k}]") for k in ins)
     a("            for i in range(n):")
     a(f"                p0[o0 + i * s0] = {_store_expr(out, ret, f'FN({args})')}")
     a("        next_row(meta, offs, idx, walk)")
+    a("    if stream:")
+    a("        store_fence()")
     a("    return 0")
     return "\n".join(L) + "\n"
 
@@ -363,7 +384,8 @@ def _ov_user_task(spec, pptrs, pmeta, t):
           "next_row": _next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
           "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
           "to_bool_byte": to_bool_byte,
-          "U_ND": U_ND, "min": min, "range": range,
+          "U_ND": U_ND, "U_STREAM": U_STREAM, "min": min, "max": max, "range": range,
+          "stream_head": stream_head, "stream_put": stream_put, "store_fence": store_fence,
           "S0": storage(np.dtype(spec.out))}
     for k, dt in enumerate(spec.inputs, 1):
         ns[f"S{k}"] = storage(np.dtype(dt))
@@ -418,7 +440,7 @@ def task_address(spec: UserSpec) -> int:
     return addr
 
 
-def build_meta(plan: Plan, threads: int | None = None) -> np.ndarray:
+def build_meta(plan: Plan, threads: int | None = None, stream: bool = False) -> np.ndarray:
     """The int64 ``meta`` array of a user-op kernel (layout in the module docstring), its
     tasks balanced for ``threads`` (default: what a call from here would use)."""
     block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(
@@ -426,7 +448,7 @@ def build_meta(plan: Plan, threads: int | None = None) -> np.ndarray:
     shape = plan.iter_shape
     nops = len(plan.iter_strides)
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            ti, tj, nti, ntj, nops]
+            ti, tj, nti, ntj, nops, int(stream)]
     assert len(head) == U_HDR and len(shape) <= MAX_DIMS
     return np.array(head + list(plan.iter_offsets) + list(shape)
                     + [s for st in plan.iter_strides for s in st], np.int64)

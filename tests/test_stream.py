@@ -1,0 +1,158 @@
+"""Non-temporal (streaming) stores (jitops.cpu.stream): when they are chosen, that the machine
+code really has vector non-temporal stores, and -- the shortcut's safety net -- that every
+element they write is NumPy's, for every dtype that streams, every output alignment (the
+aligned head, the vector body, the scalar tail), rows shorter than a head, each row loop,
+the serial and parallel kernels and user ops (whose rows run in chunks).
+
+A misaligned vector non-temporal store faults, and a wrongly placed head or chunk writes the
+wrong elements; both are what these tests would catch.
+"""
+
+from __future__ import annotations
+
+import platform
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops import dispatch
+from jitops.core import config
+from jitops.cpu import kernels, stream
+
+X86 = platform.machine().lower() in ("x86_64", "amd64")
+DTYPES = ["bool", "int8", "uint8", "int16", "float16", "int32", "float32", "int64", "uint64",
+          "float64"]
+
+
+@pytest.fixture
+def stream_everything(monkeypatch):
+    """Every eligible call streams (the threshold at one byte), launches made afresh."""
+    if not stream.AVAILABLE:
+        pytest.skip("streaming stores are x86-64 only")
+    monkeypatch.setattr(config, "STREAM_BYTES", 1)
+    dispatch.clear()
+    yield
+    dispatch.clear()
+
+
+def _launch_streams(call) -> bool:
+    """Whether the launch the fast path kept for ``call`` streams (its meta's flag)."""
+    dispatch.clear()
+    call()
+    (launch,) = dispatch._FAST.values()
+    n = max(launch.metas.arrays) if launch.metas.arrays else 1
+    launch.metas.address(n)
+    meta = launch.metas.arrays[n][0]
+    return bool(meta[kernels.M_STREAM])
+
+
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+def test_chosen_for_outputs_beyond_the_cache_with_an_input_read_in_full(monkeypatch):
+    monkeypatch.setattr(config, "STREAM_BYTES", 32 << 20)
+    big = np.ones(10**7, np.float32)  # 40 MB out, 80 MB read
+    o = np.empty_like(big)
+    assert _launch_streams(lambda: jitops.subtract(big, big, out=o))
+    assert _launch_streams(lambda: jitops.subtract(big, 3.0, out=o))
+    small = np.ones(10**6, np.float32)  # cache-resident: left to the cache
+    assert not _launch_streams(lambda: jitops.subtract(small, small))
+    # an outer difference reads no input in full (measured slower when streamed)
+    col, row = np.ones((4096, 1), np.float32), np.ones((1, 4096), np.float32)
+    assert not _launch_streams(lambda: jitops.subtract(col, row))
+    # complex elements are pairs the vectoriser does not store whole; transposes are tiled
+    c = np.ones(5 * 10**6, np.complex64)
+    assert not _launch_streams(lambda: jitops.add(c, c))
+    sq = np.ones((4096, 4096), np.float32)
+    assert not _launch_streams(lambda: jitops.subtract(sq.T, sq))
+    monkeypatch.setattr(config, "STREAM_BYTES", 0)  # switched off
+    assert not _launch_streams(lambda: jitops.subtract(big, big, out=o))
+    monkeypatch.setattr(kernels, "STREAM_AVAILABLE", False)  # not x86-64
+    monkeypatch.setattr(config, "STREAM_BYTES", 1)
+    assert not _launch_streams(lambda: jitops.subtract(big, big, out=o))
+    dispatch.clear()
+
+
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+@pytest.mark.parametrize("dtype, insn", [("float32", "movntps"), ("float64", "movntpd"),
+                                         ("int32", "movntdq")])
+def test_the_machine_code_has_vector_non_temporal_stores(dtype, insn):
+    """The loop vectoriser turned the scalar non-temporal stores into vector ones (compiled
+    afresh, uncached: a kernel loaded from the disk cache carries no assembly text)."""
+    from numba import njit
+
+    from jitops.cpu.spec import KernelSpec
+
+    dt = np.dtype(dtype)
+    spec = KernelSpec("add", None, dt, dt, dt, dt)
+    task = njit(**kernels._JIT)(kernels._task.py_func)
+    sig = (spec.numba_type,) + (kernels._I64,) * 5
+    task.compile(sig)
+    asm = task.inspect_asm(sig)
+    assert insn in asm, f"no {insn} in the {dtype} add task"
+
+
+def _offset_view(n: int, dtype, off: int) -> np.ndarray:
+    """An n-element output starting ``off`` elements past a 32-byte boundary of a buffer
+    filled with a poison pattern (so every phase of head, body and tail is exercised)."""
+    dt = np.dtype(dtype)
+    raw = np.full((n + 64) * dt.itemsize, 0xA5, np.uint8)
+    start = (-raw.ctypes.data % stream.STREAM_ALIGN) + off * dt.itemsize
+    return raw[start:start + n * dt.itemsize].view(dt)
+
+
+def _data(n, dtype, seed):
+    rng = np.random.default_rng(seed)
+    v = rng.standard_normal(n) * 50
+    return (v > 0) if dtype == "bool" else v.astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_every_element_is_numpys_at_every_output_alignment(stream_everything, dtype):
+    itemsize = np.dtype(dtype).itemsize
+    for n in (1, 7, 63, 64 // itemsize + 3, 1000, 4099):
+        x, y = _data(n, dtype, 1), _data(n, dtype, 2)
+        for off in range(0, stream.STREAM_ALIGN // itemsize + 1):
+            for op, ref, yv in (("maximum", np.maximum, y), ("add", np.add, y),
+                                ("maximum", np.maximum, y[:1])):  # contig, scalar_y
+                out = _offset_view(n, dtype, off)
+                got = getattr(jitops, op)(x, yv, out=out)
+                exp = ref(x, yv)
+                assert got is out
+                np.testing.assert_array_equal(out.view(np.uint8), exp.view(np.uint8),
+                                              err_msg=f"{op} n={n} offset={off}")
+
+
+def test_broadcast_rows_and_the_parallel_kernel(stream_everything):
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((6, 40, 1000)).astype(np.float32)
+    Y = rng.standard_normal(40).astype(np.float32)
+    out = _offset_view(X.size, np.float32, 3).reshape(X.shape)
+    jitops.subtract(X, Y, broadcast="pdpd", axis=1, out=out)  # scalar_y rows
+    np.testing.assert_array_equal(out, X - Y[:, None])
+    jitops.subtract(Y[:, None], X, out=out)  # scalar_x rows
+    np.testing.assert_array_equal(out, Y[:, None] - X)
+    big = rng.standard_normal(4 * config.PARALLEL_THRESHOLD + 5).astype(np.float32)
+    for off in (0, 1, 5):
+        o = _offset_view(big.size, np.float32, off)
+        jitops.multiply(big, big[::-1].copy(), out=o)
+        np.testing.assert_array_equal(o, big * big[::-1])
+        assert np.array_equal(jitops.fmin(big, 0.5), np.fmin(big, np.float32(0.5)))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "int8", "float32", "float64"])
+def test_user_ops_stream_in_aligned_chunks(stream_everything, monkeypatch, dtype):
+    """User-op rows run in chunks of BUFFER elements: every chunk after the head must start
+    aligned too (a misaligned one faults). Compared with the same calls unstreamed."""
+    f = jitops.elementwise(lambda a, b, c: a * b + c)
+    for n in (5, 1030, 3 * 1024 + 17, 4 * config.PARALLEL_THRESHOLD + 3):
+        a, b, c = _data(n, dtype, 3), _data(n, dtype, 4), _data(1, dtype, 5)
+        monkeypatch.setattr(config, "STREAM_BYTES", 0)
+        dispatch.clear()
+        exp = f(a, b, c)
+        monkeypatch.setattr(config, "STREAM_BYTES", 1)
+        dispatch.clear()
+        for off in (0, 1, 3):
+            out = _offset_view(n, exp.dtype, off)
+            f(a, b, c, out=out)
+            np.testing.assert_array_equal(out.view(np.uint8), exp.view(np.uint8),
+                                          err_msg=f"n={n} offset={off}")
