@@ -98,7 +98,8 @@ def markdown(result: dict) -> str:
 
 
 def plot(result: dict, path: str) -> bool:
-    """Two panels: speed-up over NumPy per case (with targets), and cost per element vs size."""
+    """Panels: speed-up over NumPy per case (with targets), cost per element vs size, and the
+    variant x dtype x size grid when it ran."""
     try:
         import matplotlib
 
@@ -107,7 +108,16 @@ def plot(result: dict, path: str) -> bool:
     except ImportError:
         return False
     cases = result["cases"]
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 6.5), gridspec_kw={"width_ratios": [3, 2]})
+    g = result.get("grid")
+    if g:
+        fig, (ax, bx, gx) = plt.subplots(1, 3, figsize=(21, 7.5),
+                                         gridspec_kw={"width_ratios": [3, 2, 2]})
+        from .grid import plot as plot_grid
+
+        plot_grid(g, gx)
+    else:
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(15, 6.5),
+                                     gridspec_kw={"width_ratios": [3, 2]})
     others = [n for n in ("jitops", "torch", "numexpr") if any(n in r["median_s"] for r in cases)]
     h = 0.8 / len(others)
     colors = {"jitops": "tab:blue", "torch": "tab:orange", "numexpr": "tab:green"}

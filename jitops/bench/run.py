@@ -54,9 +54,16 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer rounds (a rough look, ~1 min)")
     p.add_argument("--cases", nargs="*", metavar="KEY",
-                   help=f"only these cases ({', '.join(c.key for c in cases.CASES)})")
+                   help=f"only these cases ({', '.join(c.key for c in cases.CASES)}, "
+                        f"neighbours, grid)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold-start processes")
     p.add_argument("--no-sweep", action="store_true", help="skip the size sweep")
+    p.add_argument("--no-grid", action="store_true",
+                   help="skip the variant x dtype x size grid (also skipped when --cases does "
+                        "not name 'grid')")
+    p.add_argument("--no-neighbours", action="store_true",
+                   help="skip the rows beside a busy core and beside PyTorch (also skipped "
+                        "when --cases does not name 'neighbours')")
     p.add_argument("--dask", action="store_true",
                    help="also jitops-backed vs NumPy-backed Dask (needs jitops[dask])")
     p.add_argument("--check", action="store_true",
@@ -89,7 +96,21 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"  jitops {report._fmt_time(r['median_s']['jitops'])} ({rat}) "
                   f"{'met' if r['met'] else 'MISSED'} [{time.perf_counter() - t0:.1f} s]")
 
-    result = {"machine": machine, "bandwidth_probe": probe, "cases": rows}
+    result = {"machine": machine, "bandwidth_probe": probe, "cases": rows,
+              "extra_tables": []}
+    missed = [r["key"] for r in rows if not r["met"]]
+    if not a.no_neighbours and (not a.cases or "neighbours" in a.cases):
+        from . import neighbours
+
+        result["neighbours"] = nb = neighbours.run(scale, _progress)
+        result["extra_tables"].append(neighbours.markdown(nb))
+        missed += [r["key"] for r in [nb["contended"], *nb["beside_torch"]] if not r["met"]]
+    if not a.no_grid and (not a.cases or "grid" in a.cases):
+        from . import grid
+
+        _progress("grid: variant x dtype x size ...")
+        result["grid"] = grid.run(scale, _progress)
+        result["extra_tables"].append(grid.markdown(result["grid"]))
     if not a.no_sweep:
         sweep = []
         for i, n in enumerate(cases.SWEEP_SIZES, 1):
@@ -103,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
 
         _progress("dask: jitops-backed vs NumPy-backed ...")
         result["dask"] = dask_bench.run(scale, _progress)
-        result["extra_tables"] = [dask_bench.markdown(result["dask"])]
+        result["extra_tables"].append(dask_bench.markdown(result["dask"]))
     if not a.no_cold:
         _progress("cold start (fresh processes) ...")
         result["cold_start"] = harness.cold_start()
@@ -118,7 +139,6 @@ def main(argv: list[str] | None = None) -> int:
     if not any(p.endswith(".png") for p in paths):
         _progress("no plot: matplotlib is not installed (pip install \"jitops[bench]\")")
     print(report.markdown(result))
-    missed = [r["key"] for r in rows if not r["met"]]
     if missed:
         _progress(f"targets missed: {', '.join(missed)}")
     return 1 if a.check and missed else 0

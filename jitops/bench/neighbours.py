@@ -1,0 +1,164 @@
+"""Rows about what else runs on the machine (SPEC section 5): a large op while another process
+keeps one core busy, and jitops and PyTorch alternating op by op in one process.
+
+Both are paired like the rest of the suite: in every round each variant runs once, so a slow
+phase of the VM slows both sides of a ratio.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+import jitops
+
+from . import harness
+
+try:
+    import torch
+except ImportError:  # optional neighbour
+    torch = None
+
+#: SPEC section 5: under contention at least 0.9x NumPy; beside PyTorch within 1.3x of alone.
+CONTENTION_TARGET = 0.9
+NEIGHBOUR_LIMIT = 1.3
+
+
+class BusyCore:
+    """Another process spinning on one core for the duration of a ``with`` block."""
+
+    def __enter__(self):
+        self.proc = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        time.sleep(0.3)  # scheduled and spinning
+        return self
+
+    def __exit__(self, *exc):
+        self.proc.kill()
+        self.proc.wait()
+
+
+def contention(scale: float) -> dict:
+    """``x - y`` (1e7 float32, ``out=``) by jitops and NumPy while a busy process runs."""
+    rng = np.random.default_rng(0)
+    x, y = rng.random(10**7, dtype=np.float32), rng.random(10**7, dtype=np.float32)
+    o = np.empty_like(x)
+    contenders = {"jitops": lambda: jitops.subtract(x, y, out=o),
+                  "numpy": lambda: np.subtract(x, y, out=o)}
+    with BusyCore():
+        s = harness.alternate(contenders, max(5, int(41 * scale)), budget_s=10 * scale)
+    ratio = harness.paired_ratio(s["numpy"], s["jitops"])
+    return {"key": "contended", "title": "subtract 1e7, out=, one core kept busy by another "
+            "process", "jitops_s": harness.median(s["jitops"]),
+            "other_s": harness.median(s["numpy"]), "ratio": ratio,
+            "target_text": f"≥ {CONTENTION_TARGET:g}× NumPy",
+            "met": ratio >= CONTENTION_TARGET}
+
+
+def _alone_and_beside(ops: dict[str, Callable[[], object]], rounds: int, budget_s: float,
+                      settle_s: float = 0.002) -> dict[str, dict[str, list[float]]]:
+    """Per-call seconds of each op alone (after a pause) and beside the other (each call right
+    after the other op's call, as a user's model code interleaves them)."""
+    (a, fa), (b, fb) = ops.items()
+    k = max(harness.calibrate(fa, 0.002), harness.calibrate(fb, 0.002))
+    out = {n: {"alone": [], "beside": []} for n in ops}
+    start = time.perf_counter()
+    gc_was = gc.isenabled()
+    gc.disable()
+    try:
+        for r in range(rounds):
+            for n, f in ((a, fa), (b, fb)):
+                time.sleep(settle_s)
+                t0 = time.perf_counter()
+                for _ in range(k):
+                    f()
+                out[n]["alone"].append((time.perf_counter() - t0) / k)
+            time.sleep(settle_s)
+            ta = tb = 0.0
+            for _ in range(k):
+                t0 = time.perf_counter()
+                fb()
+                t1 = time.perf_counter()
+                fa()
+                t2 = time.perf_counter()
+                tb += t1 - t0
+                ta += t2 - t1
+            out[a]["beside"].append(ta / k)
+            out[b]["beside"].append(tb / k)
+            if r >= 4 and time.perf_counter() - start > budget_s:
+                break
+    finally:
+        if gc_was:
+            gc.enable()
+    return out
+
+
+def torch_neighbour(scale: float) -> list[dict]:
+    """jitops and PyTorch alternating op by op (``x - y``, ``out=``, 1e6 and 1e7 float32):
+    each op's time beside the other over its time alone. Empty without PyTorch."""
+    if torch is None:
+        return []
+    rows = []
+    for n in (10**6, 10**7):
+        rng = np.random.default_rng(1)
+        x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+        o, o2 = np.empty_like(x), np.empty_like(x)
+        tx, ty, to = (torch.from_numpy(v) for v in (x, y, o2))
+        s = _alone_and_beside({"jitops": lambda: jitops.subtract(x, y, out=o),
+                               "torch": lambda: torch.sub(tx, ty, out=to)},
+                              max(5, int(41 * scale)), 10 * scale)
+        slow = {name: statistics.median(b / a for a, b in zip(v["alone"], v["beside"]))
+                for name, v in s.items()}
+        rows.append({
+            "key": f"beside_torch_{n:.0e}", "title": f"subtract {n:.0e}, out=, alternating "
+            "with PyTorch's op by op", "alone_s": {k: harness.median(v["alone"])
+                                                   for k, v in s.items()},
+            "beside_s": {k: harness.median(v["beside"]) for k, v in s.items()},
+            "slowdown": slow, "target_text": f"each ≤ {NEIGHBOUR_LIMIT:g}× its time alone",
+            "met": all(v <= NEIGHBOUR_LIMIT for v in slow.values())})
+    return rows
+
+
+def markdown(result: dict) -> str:
+    fmt = _fmt
+    lines = ["Beside others (paired rounds; a busy process on one core, or PyTorch's op run "
+             "right before each jitops op and the other way round):", "",
+             "| case | jitops | other | ratio | target | met |", "|---|---:|---:|---:|---|:-:|"]
+    c = result.get("contended")
+    if c:
+        lines.append(f"| {c['title']} | {fmt(c['jitops_s'])} | NumPy {fmt(c['other_s'])} "
+                     f"| {c['ratio']:.2f}× NumPy | {c['target_text']} "
+                     f"| {'✅' if c['met'] else '❌'} |")
+    for r in result.get("beside_torch", []):
+        a, b, sl = r["alone_s"], r["beside_s"], r["slowdown"]
+        lines.append(
+            f"| {r['title']} | {fmt(b['jitops'])} (alone {fmt(a['jitops'])}) "
+            f"| PyTorch {fmt(b['torch'])} (alone {fmt(a['torch'])}) "
+            f"| jitops {sl['jitops']:.2f}×, PyTorch {sl['torch']:.2f}× slower "
+            f"| {r['target_text']} | {'✅' if r['met'] else '❌'} |")
+    if not result.get("beside_torch"):
+        lines.append("| alternating with PyTorch | - | - | - | PyTorch not installed | |")
+    return "\n".join(lines)
+
+
+def _fmt(s: float) -> str:
+    return f"{s * 1e6:.1f} µs" if s < 1e-3 else f"{s * 1e3:.3f} ms"
+
+
+def run(scale: float, progress) -> dict:
+    progress("beside others: a busy core ...")
+    res = {"contended": contention(scale)}
+    c = res["contended"]
+    progress(f"  jitops {_fmt(c['jitops_s'])}, NumPy {_fmt(c['other_s'])}: "
+             f"{c['ratio']:.2f}× NumPy")
+    progress("beside others: alternating with PyTorch ...")
+    res["beside_torch"] = torch_neighbour(scale)
+    for r in res["beside_torch"]:
+        progress(f"  {r['title']}: jitops {r['slowdown']['jitops']:.2f}×, PyTorch "
+                 f"{r['slowdown']['torch']:.2f}× their time alone")
+    return res

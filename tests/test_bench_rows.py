@@ -1,0 +1,42 @@
+"""The benchmark rows that measure jitops beside others (jitops/bench/neighbours.py) run, say
+what they measured, and leave nothing behind. Timings are reported, never asserted."""
+
+from __future__ import annotations
+
+import pytest
+
+from jitops.bench import neighbours
+
+
+def test_busy_core_spins_and_is_gone_afterwards():
+    with neighbours.BusyCore() as busy:
+        assert busy.proc.poll() is None  # running
+    assert busy.proc.poll() is not None  # killed and reaped
+
+
+def test_neighbour_rows_run_and_render():
+    said = []
+    res = neighbours.run(0.02, said.append)
+    c = res["contended"]
+    assert c["jitops_s"] > 0 and c["other_s"] > 0 and c["ratio"] > 0
+    assert c["met"] == (c["ratio"] >= neighbours.CONTENTION_TARGET)
+    table = neighbours.markdown(res)
+    assert "one core kept busy" in table
+    if neighbours.torch is None:
+        assert res["beside_torch"] == [] and "PyTorch not installed" in table
+    else:
+        assert [r["key"] for r in res["beside_torch"]] == ["beside_torch_1e+06",
+                                                           "beside_torch_1e+07"]
+        for r in res["beside_torch"]:
+            assert set(r["slowdown"]) == {"jitops", "torch"}
+            assert r["met"] == all(v <= neighbours.NEIGHBOUR_LIMIT
+                                   for v in r["slowdown"].values())
+        assert table.count("alternating with PyTorch") == 2
+    assert any("busy core" in s for s in said)
+
+
+def test_no_busy_process_outlives_an_error():
+    with pytest.raises(RuntimeError):
+        with neighbours.BusyCore() as busy:
+            raise RuntimeError("boom")
+    assert busy.proc.poll() is not None
