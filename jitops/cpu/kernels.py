@@ -5,12 +5,13 @@ most ``BLOCK`` elements of one row, or several whole short rows. ``_kernel_paral
 tasks under ``prange``; ``_kernel_serial`` runs the same tasks in a plain loop and is used below
 ``PARALLEL_THRESHOLD`` elements, where a parallel launch costs more than the work.
 
-Each row runs one of four inner loops, picked once per row from the plan's variant (the
-NumPy ``BINARY_LOOP_FAST`` idea: the same body under branch conditions the compiler exploits):
+Each row runs one of two loops, picked per row from its strides (:func:`_row`):
 
-* ``contig``   -- all three operands unit-stride: LLVM vectorises it;
-* ``scalar_x`` / ``scalar_y`` -- one input constant along the row, loaded once;
-* ``strided``  -- anything else;
+* the plan's ``contig``, ``scalar_x`` and ``scalar_y`` rows (out unit-stride, each input
+  unit-stride or constant along the row: NumPy's ``BINARY_LOOP_FAST`` cases) run one
+  vectorised loop, a constant input staged into a stack buffer; outputs beyond the
+  last-level cache use its non-temporal twin (jitops.cpu.stream);
+* ``strided`` rows run the plain strided loop;
 
 and the ``tiled`` variant cuts the two innermost dims into ``TILE_I x TILE_J`` tiles (one task
 each), for operands that disagree on layout: an input that runs across the rows (``X.T``) is
