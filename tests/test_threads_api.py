@@ -44,10 +44,11 @@ def _ids(n_elems=N) -> set[int]:
 
 
 def _ids_of_a_kernel_that_uses_all() -> set[int]:
-    """Thread ids seen over a few launches (a worker may miss one launch's tasks)."""
+    """Thread ids seen over a few launches of a larger kernel (a worker woken late may miss
+    one launch's tasks, more so while the other CPU runs another test process)."""
     seen: set[int] = set()
-    for _ in range(20):
-        seen |= _ids()
+    for _ in range(40):
+        seen |= _ids(4 * N)
         if len(seen) > 1:
             break
     return seen
