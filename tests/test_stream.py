@@ -37,14 +37,15 @@ def stream_everything(monkeypatch):
 
 
 def _launch_streams(call) -> bool:
-    """Whether the launch the fast path kept for ``call`` streams (its meta's flag)."""
+    """Whether the launch the fast path kept for ``call`` runs a streaming task."""
+    from jitops.cpu import nary
+
     dispatch.clear()
     call()
     (launch,) = dispatch._FAST.values()
-    n = max(launch.metas.arrays) if launch.metas.arrays else 1
-    launch.metas.address(n)
-    meta = launch.metas.arrays[n][0]
-    return bool(meta[kernels.M_STREAM])
+    (spec,) = [sp for sp, addr in [*kernels._TASKS.items(), *nary._TASKS.items()]
+               if addr == launch.task]
+    return spec.stream
 
 
 @pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
@@ -83,7 +84,7 @@ def test_the_machine_code_has_vector_non_temporal_stores(dtype, insn):
     from jitops.cpu.spec import KernelSpec
 
     dt = np.dtype(dtype)
-    spec = KernelSpec("add", None, dt, dt, dt, dt)
+    spec = KernelSpec("add", None, dt, dt, dt, dt, stream=True)
     task = njit(**kernels._JIT)(kernels._task.py_func)
     sig = (spec.numba_type,) + (kernels._I64,) * 5
     task.compile(sig)

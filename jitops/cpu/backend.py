@@ -192,9 +192,7 @@ class Launch:
 @lru_cache(maxsize=4096)
 def _launch_for(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> Launch:
     aligns, extents, same = geometry
-    build = partial(kernels.build_meta, plan, aligns, extents, same,
-                    stream=kernels.streams(plan, dtype, (spec.x, spec.y)))
-    return Launch(spec, plan, build, dtype)
+    return Launch(spec, plan, partial(kernels.build_meta, plan, aligns, extents, same), dtype)
 
 
 def _same_geometry(a: np.ndarray, b: np.ndarray) -> bool:
@@ -210,7 +208,8 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     x, y = call.inputs
     t = call.target
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
-                      call.dtypes.compute)
+                      call.dtypes.compute,
+                      kernels.should_stream(call.plan, call.dtypes.result, (x.dtype, y.dtype)))
     # The kernel re-checks alignment and, with out=, overlap on every launch (it must: the
     # fast path hands it the caller's arrays), so their geometry is part of the launch.
     geometry = ((t.dtype.alignment, x.dtype.alignment, y.dtype.alignment),
@@ -239,8 +238,7 @@ class UserLaunch:
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
         self.aligns, self.extents, self.same = geometry
         self.task = nary.task_address(spec)
-        self.metas = Metas(partial(nary.build_meta, plan, stream=kernels.streams(
-            plan, dtype, tuple(np.dtype(d) for d in spec.inputs))))
+        self.metas = Metas(partial(nary.build_meta, plan))
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
@@ -291,8 +289,9 @@ def _launch_user(call: PreparedCall) -> UserLaunch:
     """Run a user op (``jitops.elementwise``) on the N-input kernels (jitops.cpu.nary)."""
     op = call.impl
     arrays = (call.target, *call.inputs)
-    spec = nary.UserSpec(op.key, tuple(a.dtype for a in call.inputs), call.dtypes.result,
-                         call.dtypes.compute, op.cacheable)
+    ins = tuple(a.dtype for a in call.inputs)
+    spec = nary.UserSpec(op.key, ins, call.dtypes.result, call.dtypes.compute, op.cacheable,
+                         kernels.should_stream(call.plan, call.dtypes.result, ins))
     geometry = (tuple(a.dtype.alignment for a in arrays),
                 None if call.out is None else tuple(
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in arrays),

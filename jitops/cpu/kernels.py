@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, parallel
-from .spec import as_pointer, element, pointers
+from .spec import as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN
 from .stream import store_fence, stream_head, stream_put
@@ -79,8 +79,7 @@ M_SAME_X, M_SAME_Y = 21, 22  # x (y) has out's shape and strides: an exact alias
 M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
 #: Most elements of one tile (TILE_I x TILE_J): what a task's stack holds per staged input.
 TILE_MAX = 4096
-M_STREAM = 27  # 1: unit-stride rows of out are written with non-temporal stores (cpu.stream)
-HDR = 28
+HDR = 27
 
 _JIT = {"nogil": True, "error_model": "numpy"}
 _I64 = types.int64
@@ -124,18 +123,18 @@ assert CHUNK <= TILE_MAX and CHUNK % STREAM_ALIGN == 0  # fits the buffers; alig
 
 
 @njit(**_JIT)
-def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, stream, xb, yb):
+def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``,
     ``sx``, ``sy``).
 
     Where out is unit-stride and each input unit-stride or constant along the row (NumPy's
     ``BINARY_LOOP_FAST`` cases: contig, scalar_x, scalar_y), one vectorised loop serves them
     all: a constant input is staged into its stack buffer (``xb``/``yb``, ``CHUNK``
-    elements) and read like the others. The row runs in chunks; with ``stream`` the chunks
-    after an aligned head write with non-temporal stores (jitops.cpu.stream), and every
-    chunk after the head starts aligned (``CHUNK`` elements span whole vectors). One ordinary
-    and one streaming loop, plus the strided loop: each vectorised loop is compile time a new
-    signature pays, so there are no more of them than that.
+    elements) and read like the others. The row runs in chunks; where the spec streams, the
+    chunks after an aligned head write with non-temporal stores (jitops.cpu.stream), and
+    every chunk after the head starts aligned (``CHUNK`` elements span whole vectors). A
+    spec compiles the ordinary or the streaming loop, never both, plus the strided loop:
+    each vectorised loop is compile time a new signature pays.
     """
     if so != 1 or (sx != 0 and sx != 1) or (sy != 0 and sy != 1):
         for j in range(n):
@@ -149,7 +148,10 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, stream, xb, yb):
         w = y[yo]
         for i in range(min(n, CHUNK)):
             yb[i] = w
-    h = stream_head(o, oo, n) if stream else n  # h == n: no streaming in this row
+    if streams(spec):
+        h = stream_head(o, oo, n)  # h == n: this row does not stream
+    else:
+        h = n
     j = 0
     while j < n:
         m = min(CHUNK, n - j)
@@ -162,8 +164,9 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, stream, xb, yb):
         r = oo + j
         for i in range(hs):
             o[r + i] = element(spec, xq[xr + i], yq[yr + i])
-        for i in range(hs, m):
-            stream_put(o, r + i, element(spec, xq[xr + i], yq[yr + i]))
+        if streams(spec):
+            for i in range(hs, m):
+                stream_put(o, r + i, element(spec, xq[xr + i], yq[yr + i]))
         j += m
 
 
@@ -299,10 +302,9 @@ def _task(spec, po, px, py, pmeta, t):
         if sy != 0 and abs(sy0) < abs(sy):
             _stage(yt, y, yo, sy0, sy, nrows, n, width)
             yp, yo, ys, ystep = yt, 0, 1, width
-    stream = meta[M_STREAM]
     for _ in range(nrows):
         # a tile buffer not holding a staged input holds a broadcast one's value
-        _row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, stream, xt, yt)
+        _row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)
         if step_dims == 1:  # rows along one dim (matrices, tiles): no odometer
             oo += so0
             xo += xstep
@@ -320,7 +322,7 @@ def _task(spec, po, px, py, pmeta, t):
             oo -= m * _stride(meta, nd, OUT, d)
             xo -= m * _stride(meta, nd, X, d)
             yo -= m * _stride(meta, nd, Y, d)
-    if stream:
+    if streams(spec):
         store_fence()
     return 0
 
@@ -475,7 +477,7 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
     return block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj
 
 
-def streams(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
+def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
     """Whether a call writes its output with non-temporal stores (jitops.cpu.stream).
 
     Where the data it moves -- the output and every input read in full (no broadcast dim) --
@@ -498,8 +500,8 @@ def streams(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
 
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
                data_offset: int | None = None, block: int | None = None,
-               tile: tuple[int, int] | None = None, threads: int | None = None,
-               stream: bool = False) -> np.ndarray:
+               tile: tuple[int, int] | None = None, threads: int | None = None
+               ) -> np.ndarray:
     """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
 
     ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
@@ -514,7 +516,6 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     hi = [e[1] for e in extents] if check else [0, 0, 0]
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
             *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
-            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj,
-            int(stream)]
+            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj]
     assert len(head) == HDR
     return np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)

@@ -29,10 +29,10 @@ of an int64 array of the operands' data addresses (out first) and that of the in
 array::
 
     [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
-     stream, start offsets (nops), shape (nd), strides (nops x nd, out first)]
+     start offsets (nops), shape (nd), strides (nops x nd, out first)]
 
-``stream`` (kernels.streams decides) writes the unit-stride rows of out with non-temporal
-stores, as the built-in kernels do (jitops.cpu.stream).
+A spec with ``stream`` (kernels.should_stream decides) writes the unit-stride rows of out with
+non-temporal stores, as the built-in kernels do (jitops.cpu.stream).
 """
 
 from __future__ import annotations
@@ -86,19 +86,23 @@ assert BUFFER % STREAM_ALIGN == 0
 
 # meta header (int64)
 U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
-U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS, U_STREAM = 7, 8, 9, 10, 11, 12
-U_HDR = 13
+U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
+U_HDR = 12
 
 
 class UserSpecType(types.Dummy):
     """Numba type of a :class:`UserSpec`; all information is in its (stable) name."""
 
-    def __init__(self, key: str, inputs: tuple[str, ...], out: str, compute: str):
+    def __init__(self, key: str, inputs: tuple[str, ...], out: str, compute: str,
+                 stream: bool = False):
         self.fn_key, self.inputs, self.out, self.compute = key, inputs, out, compute
-        super().__init__(name=f"jitops.UserSpec({key};{','.join(inputs)};{out};{compute})")
+        self.stream = stream
+        tail = ";stream" if stream else ""
+        super().__init__(
+            name=f"jitops.UserSpec({key};{','.join(inputs)};{out};{compute}{tail})")
 
     def __reduce__(self):  # the cache index pickles signatures
-        return (UserSpecType, (self.fn_key, self.inputs, self.out, self.compute))
+        return (UserSpecType, (self.fn_key, self.inputs, self.out, self.compute, self.stream))
 
 
 register_model(UserSpecType)(models.OpaqueModel)
@@ -144,21 +148,22 @@ def register(key: str, fn) -> None:
 
 
 class UserSpec:
-    """What one N-input kernel instance computes. Interned: one object per specialisation."""
+    """What one N-input kernel instance computes. Interned: one object per specialisation;
+    ``stream`` as in :class:`~jitops.cpu.spec.KernelSpec` (its own, compiled when used)."""
 
-    __slots__ = ("key", "inputs", "out", "compute", "cacheable", "numba_type")
+    __slots__ = ("key", "inputs", "out", "compute", "stream", "cacheable", "numba_type")
     _interned: dict[tuple, UserSpec] = {}
 
     def __new__(cls, key: str, inputs: tuple[np.dtype, ...], out: np.dtype, compute: np.dtype,
-                cacheable: bool) -> UserSpec:
-        k = (key, inputs, out, compute)
+                cacheable: bool, stream: bool = False) -> UserSpec:
+        k = (key, inputs, out, compute, bool(stream))
         self = cls._interned.get(k)
         if self is None:
             self = super().__new__(cls)
-            self.key, self.inputs, self.out, self.compute = k
+            self.key, self.inputs, self.out, self.compute, self.stream = k
             self.cacheable = cacheable
             self.numba_type = UserSpecType(key, tuple(d.name for d in inputs), out.name,
-                                           compute.name)
+                                           compute.name, self.stream)
             cls._interned[k] = self
         return self
 
@@ -277,7 +282,7 @@ def _next_row(meta, offs, idx, walk):
             offs[k] -= m * _stride(meta, nd, k, d)
 
 
-def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
+def _task_source(n: int, inputs: tuple[str, ...], out: str, ret, stream: bool = False) -> str:
     """One task for ``n`` inputs (operand 0 is ``out``), as Python source: only the row loops
     are written per operand; the walk between rows is the generic helpers above."""
     ks = range(n + 1)
@@ -296,7 +301,6 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
     for k in ins:
         a(f"    b{k} = buffer{k}()")
     a("    nrows, n, walk = first_row(meta, t, offs, idx)")
-    a("    stream = meta[U_STREAM]")
     cond = " and ".join(["s0 == 1"] + [f"(s{k} == 0 or s{k} == 1)" for k in ins])
     a(f"    contig = {cond}")
     a("    for _ in range(nrows):")
@@ -310,10 +314,10 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
         a(f"                    b{k}[i] = v{k}")
     # streaming: ordinary stores up to the first aligned address of out's row (h == n: the
     # row does not stream), non-temporal ones after it (jitops.cpu.stream)
-    # The head is a chunk of its own, so every later chunk starts aligned too (BUFFER
-    # elements span a multiple of STREAM_ALIGN bytes): a misaligned vector non-temporal store
-    # faults.
-    a("            h = stream_head(p0, o0, n) if stream else n")
+    # Streaming (a spec of its own: only those compile the loop): the head is a chunk of its
+    # own, so every later chunk starts aligned too (BUFFER elements span a multiple of
+    # STREAM_ALIGN bytes): a misaligned vector non-temporal store faults.
+    a("            h = stream_head(p0, o0, n)" if stream else "            h = n")
     a("            j = 0")
     a("            while j < n:")
     a("                m = min(BUFFER, n - j)")
@@ -332,16 +336,17 @@ def _task_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
     args = ", ".join(_load_expr(inputs[k - 1], f"q{k}[r{k} + i]") for k in ins)
     a("                for i in range(hs):")
     a(f"                    p0[r0 + i] = {_store_expr(out, ret, f'FN({args})')}")
-    a("                for i in range(hs, m):")
-    a(f"                    stream_put(p0, r0 + i, {_store_expr(out, ret, f'FN({args})')})")
+    if stream:
+        a("                for i in range(hs, m):")
+        a(f"                    stream_put(p0, r0 + i, {_store_expr(out, ret, f'FN({args})')})")
     a("                j += m")
     a("        else:")
     args = ", ".join(_load_expr(inputs[k - 1], f"p{k}[o{k} + i * s{k}]") for k in ins)
     a("            for i in range(n):")
     a(f"                p0[o0 + i * s0] = {_store_expr(out, ret, f'FN({args})')}")
     a("        next_row(meta, offs, idx, walk)")
-    a("    if stream:")
-    a("        store_fence()")
+    if stream:
+        a("    store_fence()")
     a("    return 0")
     return "\n".join(L) + "\n"
 
@@ -384,13 +389,13 @@ def _ov_user_task(spec, pptrs, pmeta, t):
           "next_row": _next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
           "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
           "to_bool_byte": to_bool_byte,
-          "U_ND": U_ND, "U_STREAM": U_STREAM, "min": min, "max": max, "range": range,
+          "U_ND": U_ND, "min": min, "max": max, "range": range,
           "stream_head": stream_head, "stream_put": stream_put, "store_fence": store_fence,
           "S0": storage(np.dtype(spec.out))}
     for k, dt in enumerate(spec.inputs, 1):
         ns[f"S{k}"] = storage(np.dtype(dt))
         ns[f"buffer{k}"] = _stack_buffer_of(storage(np.dtype(dt)))
-    source = _task_source(n, spec.inputs, spec.out, ret)
+    source = _task_source(n, spec.inputs, spec.out, ret, spec.stream)
     exec(compile(source, f"<jitops user task, {n} inputs>", "exec"), ns)
     return ns["task"]
 
@@ -440,7 +445,7 @@ def task_address(spec: UserSpec) -> int:
     return addr
 
 
-def build_meta(plan: Plan, threads: int | None = None, stream: bool = False) -> np.ndarray:
+def build_meta(plan: Plan, threads: int | None = None) -> np.ndarray:
     """The int64 ``meta`` array of a user-op kernel (layout in the module docstring), its
     tasks balanced for ``threads`` (default: what a call from here would use)."""
     block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(
@@ -448,7 +453,7 @@ def build_meta(plan: Plan, threads: int | None = None, stream: bool = False) -> 
     shape = plan.iter_shape
     nops = len(plan.iter_strides)
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            ti, tj, nti, ntj, nops, int(stream)]
+            ti, tj, nti, ntj, nops]
     assert len(head) == U_HDR and len(shape) <= MAX_DIMS
     return np.array(head + list(plan.iter_offsets) + list(shape)
                     + [s for st in plan.iter_strides for s in st], np.int64)

@@ -48,12 +48,16 @@ def storage(dt: np.dtype):
 class KernelSpecType(types.Dummy):
     """Numba type of a :class:`KernelSpec`; all information is in the (stable) name."""
 
-    def __init__(self, op: str, act: str | None, x: str, y: str, out: str, compute: str):
+    def __init__(self, op: str, act: str | None, x: str, y: str, out: str, compute: str,
+                 stream: bool = False):
         self.op, self.act, self.x, self.y, self.out, self.compute = op, act, x, y, out, compute
-        super().__init__(name=f"jitops.KernelSpec({op},{act},{x},{y},{out},{compute})")
+        self.stream = stream
+        tail = ",stream" if stream else ""
+        super().__init__(name=f"jitops.KernelSpec({op},{act},{x},{y},{out},{compute}{tail})")
 
     def __reduce__(self):  # the cache index pickles signatures
-        return (KernelSpecType, (self.op, self.act, self.x, self.y, self.out, self.compute))
+        return (KernelSpecType, (self.op, self.act, self.x, self.y, self.out, self.compute,
+                                 self.stream))
 
 
 register_model(KernelSpecType)(models.OpaqueModel)
@@ -65,25 +69,31 @@ def _unbox_spec(typ, obj, c):
 
 
 class KernelSpec:
-    """What one kernel instance computes. Interned: one object per distinct specialisation."""
+    """What one kernel instance computes. Interned: one object per distinct specialisation.
 
-    __slots__ = ("op", "act", "x", "y", "out", "compute", "numba_type")
+    ``stream``: the task writes unit-stride rows with non-temporal stores (jitops.cpu.stream).
+    A specialisation of its own, so the streaming loop is compiled only for the signatures
+    that stream (large outputs), and every other signature compiles one loop fewer.
+    """
+
+    __slots__ = ("op", "act", "x", "y", "out", "compute", "stream", "numba_type")
     _interned: dict[tuple, KernelSpec] = {}
 
     def __new__(cls, op: str, act: str | None, x: np.dtype, y: np.dtype, out: np.dtype,
-                compute: np.dtype) -> KernelSpec:
-        key = (op, act, x, y, out, compute)
+                compute: np.dtype, stream: bool = False) -> KernelSpec:
+        key = (op, act, x, y, out, compute, bool(stream))
         self = cls._interned.get(key)
         if self is None:
             self = super().__new__(cls)
-            self.op, self.act, self.x, self.y, self.out, self.compute = key
-            self.numba_type = KernelSpecType(op, act, x.name, y.name, out.name, compute.name)
+            self.op, self.act, self.x, self.y, self.out, self.compute, self.stream = key
+            self.numba_type = KernelSpecType(op, act, x.name, y.name, out.name, compute.name,
+                                             self.stream)
             cls._interned[key] = self
         return self
 
     def __repr__(self) -> str:
         return f"KernelSpec(op={self.op!r}, act={self.act!r}, x={self.x}, y={self.y}, " \
-               f"out={self.out}, compute={self.compute})"
+               f"out={self.out}, compute={self.compute}, stream={self.stream})"
 
 
 @typeof_impl.register(KernelSpec)
@@ -92,6 +102,21 @@ def _typeof_spec(val, c):
 
 
 # -- compile-time helpers the kernels call -----------------------------------------------------
+
+@intrinsic
+def streams(typingctx, spec):
+    """Whether ``spec`` streams, as a compile-time constant: the branch not taken is removed
+    before LLVM vectorises anything, so it costs no compile time."""
+    flag = getattr(spec, "stream", None)
+    if flag is None:
+        return None
+    sig = types.boolean(spec)
+
+    def codegen(context, builder, signature, args):
+        return ir.Constant(ir.IntType(1), int(flag))
+
+    return sig, codegen
+
 
 @intrinsic
 def as_pointer(typingctx, addr, ty):
