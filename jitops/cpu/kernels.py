@@ -48,8 +48,7 @@ from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, parallel
 from .spec import as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
-from .stream import STREAM_ALIGN
-from .stream import store_fence, stream_head, stream_put
+from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
 
 #: The plan's inner-loop variants as the kernels see them (compile-time constants).
 V_CONTIG, V_SCALAR_X, V_SCALAR_Y, V_STRIDED, V_TILED = 0, 1, 2, 3, 4
