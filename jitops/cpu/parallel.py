@@ -251,17 +251,11 @@ def get_num_threads() -> int:
     return n if n is not None else _process_threads()
 
 
-def set_num_threads(n: int) -> None:
-    """Set the number of threads jitops' CPU kernels use, for the whole process.
-
-    Python threads inside a ``with jitops.threads(m):`` block keep their ``m``. Numba's own
-    setting (``numba.set_num_threads``) is not changed: jitops applies its count around each
-    of its launches only.
-
-    Parameters
+#: The count's parameter and errors, shared by set_num_threads and threads.
+_COUNT_DOC = """Parameters
     ----------
     n : int
-        From 1 (serial kernels) to Numba's pool size, ``NUMBA_NUM_THREADS``.
+        From 1 (the serial kernels) to Numba's pool size, ``NUMBA_NUM_THREADS``.
 
     Raises
     ------
@@ -269,7 +263,17 @@ def set_num_threads(n: int) -> None:
         If ``n`` is not an int.
     ValueError
         If ``n`` is below 1 or above Numba's pool size.
+"""
 
+
+def set_num_threads(n: int) -> None:
+    """Set the number of threads jitops' CPU kernels use, for the whole process.
+
+    Python threads inside a ``with jitops.threads(m):`` block keep their ``m``. Numba's own
+    setting (``numba.set_num_threads``) is not changed: jitops applies its count around each
+    of its launches only.
+
+    {count}
     Examples
     --------
     >>> import jitops
@@ -289,18 +293,7 @@ def threads(n: int):
     kernels); other threads are not affected. Blocks nest; the previous count comes back on
     exit, exception or not.
 
-    Parameters
-    ----------
-    n : int
-        From 1 to Numba's pool size, ``NUMBA_NUM_THREADS``.
-
-    Raises
-    ------
-    TypeError
-        If ``n`` is not an int.
-    ValueError
-        If ``n`` is below 1 or above Numba's pool size.
-
+    {count}
     Examples
     --------
     >>> import numpy as np, jitops
@@ -316,6 +309,11 @@ def threads(n: int):
         yield
     finally:
         _local.threads = before
+
+
+for _fn in (set_num_threads, threads):
+    if _fn.__doc__:  # absent under python -OO
+        _fn.__doc__ = _fn.__doc__.format(count=_COUNT_DOC)
 
 
 def serial():
