@@ -16,7 +16,7 @@ import numpy as np
 
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
-from ..core.plan import contiguous_strides
+from ..core.plan import TILED, contiguous_strides
 from . import kernels, nary, parallel
 from .spec import KernelSpec
 
@@ -209,7 +209,8 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     t = call.target
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
                       call.dtypes.compute,
-                      kernels.should_stream(call.plan, call.dtypes.result, (x.dtype, y.dtype)))
+                      kernels.should_stream(call.plan, call.dtypes.result, (x.dtype, y.dtype)),
+                      call.plan.variant == TILED)
     # The kernel re-checks alignment and, with out=, overlap on every launch (it must: the
     # fast path hands it the caller's arrays), so their geometry is part of the launch.
     geometry = ((t.dtype.alignment, x.dtype.alignment, y.dtype.alignment),

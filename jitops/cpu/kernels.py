@@ -41,7 +41,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
@@ -228,6 +228,37 @@ def _stage(buf, p, off, s_rows, s_cols, nrows, n, width):
             dst += width
 
 
+def stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+    """Stage the inputs of a tiled task's tile that run across its rows; returns where and
+    how its rows read x and y: ``(xp, yp, xo, yo, xs, ys, xstep, ystep)``."""
+
+
+@overload(stage_tiles, jit_options=_JIT)
+def _ov_stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+    # Generated per spec: a spec that is not tiled (a flag of its own) gets the operands as
+    # they are and never types or compiles the staging code.
+    if not getattr(spec, "tiled", False):
+        def as_they_are(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+            return x, y, xo, yo, sx, sy, sx0, sy0
+
+        return as_they_are
+
+    def staged(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+        # An input that moves less down the rows than along them is staged: read down its
+        # contiguous direction once, its tile rows are then contiguous on the stack.
+        xp, yp, xs, ys, xstep, ystep = x, y, sx, sy, sx0, sy0
+        width = meta[M_TILE_J]
+        if sx != 0 and abs(sx0) < abs(sx):
+            _stage(xt, x, xo, sx0, sx, nrows, n, width)
+            xp, xo, xs, xstep = xt, 0, 1, width
+        if sy != 0 and abs(sy0) < abs(sy):
+            _stage(yt, y, yo, sy0, sy, nrows, n, width)
+            yp, yo, ys, ystep = yt, 0, 1, width
+        return xp, yp, xo, yo, xs, ys, xstep, ystep
+
+    return staged
+
+
 @njit(**_JIT)
 def task_span(t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block, rows_per_task,
               rows):
@@ -287,20 +318,11 @@ def _task(spec, po, px, py, pmeta, t):
     oo += i0 * so0 + j0 * so
     xo += i0 * sx0 + j0 * sx
     yo += i0 * sy0 + j0 * sy
-    xp, yp = x, y  # where the rows read x and y: the operands, or their staged tiles
-    xs, ys, xstep, ystep = sx, sy, sx0, sy0
     xt = stack_tile(x)  # the task's tile (or broadcast) buffers
     yt = stack_tile(y)
-    if tiled:
-        # An input that moves less down the rows than along them is staged: read down its
-        # contiguous direction once, its tile rows are then contiguous on the stack.
-        width = meta[M_TILE_J]
-        if sx != 0 and abs(sx0) < abs(sx):
-            _stage(xt, x, xo, sx0, sx, nrows, n, width)
-            xp, xo, xs, xstep = xt, 0, 1, width
-        if sy != 0 and abs(sy0) < abs(sy):
-            _stage(yt, y, yo, sy0, sy, nrows, n, width)
-            yp, yo, ys, ystep = yt, 0, 1, width
+    # where the rows read x and y (the operands, or their staged tiles), and how they step
+    xp, yp, xo, yo, xs, ys, xstep, ystep = stage_tiles(
+        spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n)
     for _ in range(nrows):
         # a tile buffer not holding a staged input holds a broadcast one's value
         _row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)

@@ -49,15 +49,15 @@ class KernelSpecType(types.Dummy):
     """Numba type of a :class:`KernelSpec`; all information is in the (stable) name."""
 
     def __init__(self, op: str, act: str | None, x: str, y: str, out: str, compute: str,
-                 stream: bool = False):
+                 stream: bool = False, tiled: bool = False):
         self.op, self.act, self.x, self.y, self.out, self.compute = op, act, x, y, out, compute
-        self.stream = stream
-        tail = ",stream" if stream else ""
+        self.stream, self.tiled = stream, tiled
+        tail = (",stream" if stream else "") + (",tiled" if tiled else "")
         super().__init__(name=f"jitops.KernelSpec({op},{act},{x},{y},{out},{compute}{tail})")
 
     def __reduce__(self):  # the cache index pickles signatures
         return (KernelSpecType, (self.op, self.act, self.x, self.y, self.out, self.compute,
-                                 self.stream))
+                                 self.stream, self.tiled))
 
 
 register_model(KernelSpecType)(models.OpaqueModel)
@@ -72,28 +72,31 @@ class KernelSpec:
     """What one kernel instance computes. Interned: one object per distinct specialisation.
 
     ``stream``: the task writes unit-stride rows with non-temporal stores (jitops.cpu.stream).
-    A specialisation of its own, so the streaming loop is compiled only for the signatures
-    that stream (large outputs), and every other signature compiles one loop fewer.
+    ``tiled``: the plan is tiled (operands that disagree on layout), so the task stages the
+    transposed input (jitops.cpu.kernels). Each a specialisation of its own, so the code for
+    it is compiled only for the signatures that use it, and the others compile less.
     """
 
-    __slots__ = ("op", "act", "x", "y", "out", "compute", "stream", "numba_type")
+    __slots__ = ("op", "act", "x", "y", "out", "compute", "stream", "tiled", "numba_type")
     _interned: dict[tuple, KernelSpec] = {}
 
     def __new__(cls, op: str, act: str | None, x: np.dtype, y: np.dtype, out: np.dtype,
-                compute: np.dtype, stream: bool = False) -> KernelSpec:
-        key = (op, act, x, y, out, compute, bool(stream))
+                compute: np.dtype, stream: bool = False, tiled: bool = False) -> KernelSpec:
+        key = (op, act, x, y, out, compute, bool(stream), bool(tiled))
         self = cls._interned.get(key)
         if self is None:
             self = super().__new__(cls)
-            self.op, self.act, self.x, self.y, self.out, self.compute, self.stream = key
+            (self.op, self.act, self.x, self.y, self.out, self.compute, self.stream,
+             self.tiled) = key
             self.numba_type = KernelSpecType(op, act, x.name, y.name, out.name, compute.name,
-                                             self.stream)
+                                             self.stream, self.tiled)
             cls._interned[key] = self
         return self
 
     def __repr__(self) -> str:
         return f"KernelSpec(op={self.op!r}, act={self.act!r}, x={self.x}, y={self.y}, " \
-               f"out={self.out}, compute={self.compute}, stream={self.stream})"
+               f"out={self.out}, compute={self.compute}, stream={self.stream}, " \
+               f"tiled={self.tiled})"
 
 
 @typeof_impl.register(KernelSpec)
@@ -103,19 +106,27 @@ def _typeof_spec(val, c):
 
 # -- compile-time helpers the kernels call -----------------------------------------------------
 
-@intrinsic
-def streams(typingctx, spec):
-    """Whether ``spec`` streams, as a compile-time constant: the branch not taken is removed
-    before LLVM vectorises anything, so it costs no compile time."""
-    flag = getattr(spec, "stream", None)
-    if flag is None:
-        return None
-    sig = types.boolean(spec)
+def _spec_flag(attr: str, doc: str):
+    """An intrinsic giving a spec's boolean ``attr`` as a compile-time constant: the branch
+    not taken is removed before LLVM vectorises anything, so it costs no compile time."""
 
-    def codegen(context, builder, signature, args):
-        return ir.Constant(ir.IntType(1), int(flag))
+    def flag_of(typingctx, spec):
+        flag = getattr(spec, attr, None)
+        if flag is None:
+            return None
+        sig = types.boolean(spec)
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            return ir.Constant(ir.IntType(1), int(flag))
+
+        return sig, codegen
+
+    flag_of.__name__ = flag_of.__qualname__ = attr
+    flag_of.__doc__ = doc
+    return intrinsic(flag_of)
+
+
+streams = _spec_flag("stream", "Whether the spec writes with non-temporal stores.")
 
 
 @intrinsic
