@@ -26,3 +26,31 @@ def be(request):
         if cuda_unavailable_reason() is not None:
             pytest.skip("neither a GPU nor the CUDA simulator is available")
     return backends.ALL[request.param]()
+
+
+# -- the CUDA compile test's count (tests/test_cuda_compile.py) -----------------------------------
+# Each chunk of the compile test appends "compiled failed" to one file; the controlling
+# process prints the total as the run's last line (after pytest's summary), xdist or not.
+
+def pytest_configure(config):
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist)
+        import tempfile
+
+        fd, path = tempfile.mkstemp(prefix="jitops-cuda-compile-", suffix=".txt")
+        os.close(fd)
+        os.environ["JITOPS_COMPILE_REPORT"] = config._jitops_compile_report = path
+
+
+def pytest_unconfigure(config):
+    path = getattr(config, "_jitops_compile_report", None)
+    if not path:
+        return
+    try:
+        with open(path) as f:
+            rows = [tuple(map(int, line.split())) for line in f if line.strip()]
+        os.unlink(path)
+    except OSError:
+        return
+    if rows:
+        print(f"\n{sum(r[0] for r in rows)} compiled, {sum(r[1] for r in rows)} failed",
+              flush=True)

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-neighbours", action="store_true",
                    help="skip the rows beside a busy core and beside PyTorch (also skipped "
                         "when --cases does not name 'neighbours')")
+    p.add_argument("--no-cuda", action="store_true",
+                   help="skip the CUDA section (it runs by itself wherever a GPU is usable)")
     p.add_argument("--dask", action="store_true",
                    help="also jitops-backed vs NumPy-backed Dask (needs jitops[dask])")
     p.add_argument("--check", action="store_true",
@@ -119,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
             s = harness.alternate(contenders, max(5, int(15 * scale)), budget_s=3 * scale)
             sweep.append({"n": n, "median_s": {k: harness.median(v) for k, v in s.items()}})
         result["sweep"] = sweep
+    if not a.no_cuda and not a.cases:
+        from . import cuda_bench
+
+        result["cuda"] = cuda_bench.run(scale, _progress)
+        result["extra_tables"].append(cuda_bench.markdown(result["cuda"]))
     if a.dask:
         from . import dask_bench
 

@@ -30,6 +30,15 @@ def parse(device) -> tuple[str, int]:
     return "cuda", int(m.group(1) or 0)
 
 
+def requested_index(device) -> int | None:
+    """The GPU ``device=`` names (``"cuda:N"``), or None when it names none (``None``,
+    ``"cuda"``: the operands' GPU, else the first)."""
+    if not isinstance(device, str):
+        return None
+    m = re.fullmatch(r"cuda:(\d+)", device.strip().lower())
+    return int(m.group(1)) if m else None
+
+
 def cuda_unavailable_reason() -> str | None:
     """None when a CUDA GPU is usable, else a sentence saying why not."""
     try:

@@ -55,16 +55,26 @@ def source_stamp() -> str:
     return _stamp
 
 
-class _JitopsLocator(_CacheLocator):
+class LocatorMixin:
+    """jitops' cache directory and source stamp for a Numba cache locator (the CPU's below,
+    and the CUDA one of jitops.cuda.kernels, whose numba-cuda base class is another)."""
+
+    subdir = ""
+
+    @staticmethod
+    def stamp() -> str:
+        return source_stamp()
+
     def __init__(self, py_func, py_file):
         self._lineno = py_func.__code__.co_firstlineno
-        self._path = _config.cache_dir()
+        self._path = os.path.join(_config.cache_dir(), self.subdir) if self.subdir \
+            else _config.cache_dir()
 
     def get_cache_path(self):
         return self._path
 
     def get_source_stamp(self):
-        return source_stamp()
+        return self.stamp()
 
     def get_disambiguator(self):
         return str(self._lineno)
@@ -81,6 +91,10 @@ class _JitopsLocator(_CacheLocator):
                 return self
             return None  # nothing to read either: run uncached rather than fail
         return self
+
+
+class _JitopsLocator(LocatorMixin, _CacheLocator):
+    pass
 
 
 class _JitopsCacheImpl(CompileResultCacheImpl):

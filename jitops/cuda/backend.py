@@ -2,110 +2,180 @@
 
 Imported only when CUDA is requested (``device="cuda"`` or a CUDA array operand). The checks,
 dtypes, plan, ``out=`` and overlap policy are the pipeline's (jitops.core.pipeline), exactly as
-on the CPU; this module says how CUDA arrays are read (the CUDA Array Interface, or the
-simulator's host arrays), copied and allocated, and launches the kernels of
+on the CPU; this module decides where and on which stream a call runs (SPEC section 7), says
+how CUDA arrays are read, copied and allocated, and launches the kernels of
 jitops.cuda.kernels over the plan.
+
+Per call, on a real GPU:
+
+* the GPU is the operands' (RuntimeError when they are on different GPUs, or not on the one
+  ``device="cuda:N"`` names, or there is no GPU N);
+* the stream is the operands' producer's (CuPy's or PyTorch's current stream, else the CAI v3
+  stream the array declares); operands declaring other streams are waited for with an event
+  on the device, never by the host;
+* nothing is allocated on the device but the result and the copies the overlap policy needs
+  (the result by the operands' own library, on that stream); shapes, strides and offsets go
+  to the kernel by value, Python scalars are uploaded once and kept;
+* nothing comes back to the host, except the one flag of the integer ``elementwise_div``
+  zero check (which must raise before anything is written).
 """
 
 from __future__ import annotations
 
-import contextlib
+import collections
 import math
 
 import numpy as np
 from numba import cuda
 
-from ..core.device import is_cuda_array
+from ..core import device as _device
 from ..core.pipeline import PreparedCall, element_strides, in_place
 from ..core.plan import CONTIG, contiguous_strides, make_plan
-from . import kernels
-from .kernels import SIMULATOR
+from . import arrays, kernels
+from .spec import SIMULATOR, CudaSpec, register, storage_dtype
 
-
-def _host(a) -> np.ndarray | None:
-    """The simulator's backing NumPy array (None on a real GPU)."""
-    return getattr(a, "_ary", None) if SIMULATOR else None
+#: The last launches: (kernel, device, stream handle or None for the default stream).
+#: What tests read to see where a call ran; a bounded record, not a log.
+LAUNCHES: collections.deque = collections.deque(maxlen=32)
 
 
 def _c_byte_strides(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(s * itemsize for s in contiguous_strides(tuple(shape)))
 
 
-def _interface(a) -> dict:
-    return a.__cuda_array_interface__
+def _host(a) -> np.ndarray | None:
+    return arrays.host_view(a)
+
+
+def _stream_object(handle: int | None):
+    """The Numba stream for a CAI stream handle (the simulator has only its own)."""
+    if SIMULATOR:
+        return 0
+    if handle is None:
+        return cuda.default_stream()
+    if handle == arrays.LEGACY_DEFAULT:
+        return cuda.legacy_default_stream()
+    if handle == arrays.PER_THREAD_DEFAULT:
+        return cuda.per_thread_default_stream()
+    s = _STREAMS.get(handle)
+    if s is None:
+        if len(_STREAMS) > 64:
+            _STREAMS.clear()
+        s = _STREAMS[handle] = cuda.external_stream(handle)
+    return s
+
+
+_STREAMS: dict[int, object] = {}
+_SCALARS: dict[tuple, object] = {}
+_FLAGS: dict[int, object] = {}
 
 
 class CudaMemory:
     """CUDA arrays (anything with ``__cuda_array_interface__``, or the simulator's), for
-    :func:`jitops.core.pipeline.prepare`."""
+    :func:`jitops.core.pipeline.prepare`: one per call, knowing its GPU, stream and the kind
+    of array its results are."""
 
     name = "cuda"
     array_kind = "a CUDA array"
 
+    def __init__(self, device: int, stream: int | None, result_kind: str,
+                 waits: tuple[int, ...] = ()):
+        self.device, self.stream, self.result_kind, self.waits = (device, stream, result_kind,
+                                                                  waits)
+        self._stream_obj = None
+
+    # -- reading arrays ---------------------------------------------------------------------
     @staticmethod
     def owns(v) -> bool:
-        return is_cuda_array(v)
+        return _device.is_cuda_array(v)
 
     @staticmethod
     def dtype(a) -> np.dtype:
         h = _host(a)
         if h is not None:
             return h.dtype
-        return np.dtype(_interface(a)["typestr"])  # torch dtypes are not NumPy's: read the CAI
+        return np.dtype(arrays.interface(a)["typestr"])  # a torch dtype is not NumPy's
 
     @staticmethod
     def shape(a) -> tuple[int, ...]:
         h = _host(a)
-        return tuple(h.shape) if h is not None else tuple(_interface(a)["shape"])
+        return tuple(h.shape) if h is not None else tuple(arrays.interface(a)["shape"])
 
     def strides(self, a) -> tuple[int, ...]:
         h = _host(a)
         if h is not None:
             return tuple(h.strides)
-        st = _interface(a).get("strides")
+        st = arrays.interface(a).get("strides")
         return tuple(st) if st is not None else _c_byte_strides(self.shape(a),
                                                                 self.dtype(a).itemsize)
 
     @staticmethod
     def address(a) -> int:
         h = _host(a)
-        return h.__array_interface__["data"][0] if h is not None else _interface(a)["data"][0]
+        return h.__array_interface__["data"][0] if h is not None else \
+            arrays.interface(a)["data"][0]
 
     @staticmethod
     def writeable(a) -> bool:
         h = _host(a)
-        return bool(h.flags.writeable) if h is not None else not _interface(a)["data"][1]
+        return bool(h.flags.writeable) if h is not None else not arrays.interface(a)["data"][1]
 
-    @staticmethod
-    def from_host(a: np.ndarray):
+    # -- streams ------------------------------------------------------------------------------
+    @property
+    def stream_obj(self):
+        if self._stream_obj is None:
+            self._stream_obj = _stream_object(self.stream)
+            if not SIMULATOR:
+                for other in self.waits:  # ordered after the other producers, on the device
+                    ev = cuda.event(timing=False)
+                    ev.record(_stream_object(other))
+                    ev.wait(self._stream_obj)
+        return self._stream_obj
+
+    # -- making arrays ------------------------------------------------------------------------
+    def from_host(self, a: np.ndarray):
+        if a.ndim == 0:  # a Python or NumPy scalar: uploaded once, kept (never written)
+            key = (self.device, a.dtype.str, a.tobytes())
+            d = _SCALARS.get(key)
+            if d is None:
+                if len(_SCALARS) >= 1024:
+                    _SCALARS.clear()
+                d = _SCALARS[key] = cuda.to_device(np.array(a))
+            return d
         if not a.flags.c_contiguous:
-            a = a.copy(order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
-        return cuda.to_device(a)
+            a = a.copy(order="C")
+        return cuda.to_device(a, stream=self.stream_obj)
 
     def ready(self, a):
-        """A Numba device array the kernels can read in place, or an equivalent copy."""
+        """A CUDA array the kernels can read in place, or an equivalent copy."""
         dt = self.dtype(a)
         if not dt.isnative:  # rare: converted through the host
             return self.from_host(self.to_host(a).astype(dt.newbyteorder("=")))
         if not in_place(self, a):
             return self.from_host(self.to_host(a))
-        return a if SIMULATOR or _is_numba(a) else cuda.as_cuda_array(a)
+        return a
 
     def to_host(self, a) -> np.ndarray:
         h = _host(a)
         if h is not None:
             return np.array(h)
-        dense = self.copy(a) if not _dense(self, a) else a
-        return dense.copy_to_host()
+        dense = a if _dense(self, a) else self.copy(a)
+        d = dense if _is_numba(dense) else cuda.as_cuda_array(dense, sync=False)
+        return d.copy_to_host(stream=self.stream_obj)
 
     def empty(self, shape, dtype: np.dtype, elem_strides):
         shape = tuple(shape)
         dtype = np.dtype(dtype)
-        buf = cuda.device_array(max(math.prod(shape), 1), dtype)
         if elem_strides is None:
             bstr = _c_byte_strides(shape, dtype.itemsize)
         else:
             bstr = tuple(s * dtype.itemsize for s in elem_strides)
+        if not SIMULATOR:
+            made = arrays.empty_like_kind(self.result_kind, shape, dtype, bstr, self.device)
+            if made is not None:
+                return made
+        buf = cuda.device_array(max(math.prod(shape), 1), dtype,
+                                **({} if SIMULATOR else {"stream": self.stream_obj}))
         h = _host(buf)
         if h is not None:
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -113,25 +183,44 @@ class CudaMemory:
             return FakeCUDAArray(np.lib.stride_tricks.as_strided(h, shape, bstr))
         from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-        return DeviceNDArray(shape, bstr, dtype, gpu_data=buf.gpu_data)
+        return DeviceNDArray(shape, bstr, dtype, stream=self.stream_obj, gpu_data=buf.gpu_data)
 
     def copy(self, a):
         c = self.empty(self.shape(a), self.dtype(a), None)
         self.copy_into(c, a)
         return c
 
-    def any_zero(self, a) -> bool:
-        return not self.to_host(a).all()
-
     def copy_into(self, dst, src) -> None:
         n = math.prod(self.shape(dst))
         if not n:
             return
-        size = self.dtype(src).itemsize
-        st = element_strides(self.strides(src), size)
+        dt = self.dtype(src)
+        st = element_strides(self.strides(src), dt.itemsize)
         plan = make_plan((self.shape(src),), (st,), "none", -1,
-                         element_strides(self.strides(dst), size))
-        _run(kernels.copy(), plan, dst, src)
+                         element_strides(self.strides(dst), dt.itemsize))
+        _run(self, CudaSpec("copy", None, (dt,), dt, dt), plan, dst, src)
+
+    def any_zero(self, a) -> bool:
+        """Whether ``a`` holds a 0: checked on the device; one flag comes back."""
+        n = math.prod(self.shape(a))
+        if not n:
+            return False
+        flag = _FLAGS.get(self.device)
+        if flag is None:
+            flag = _FLAGS[self.device] = cuda.mapped_array(1, np.int32)
+        flag[0] = 0
+        span, base = _flat(self, a)
+        dt = self.dtype(a)
+        st = element_strides(self.strides(a), dt.itemsize)
+        plan = make_plan((self.shape(a),), (st,), "none", -1)
+        blocks, tpb = kernels.launch_config(n)
+        shape, small = _shape_arg(plan, blocks, tpb)
+        _launch("any_zero", blocks, tpb, self,
+                (span, shape, tuple(plan.iter_strides[1]), (base + plan.iter_offsets[1],),
+                 plan.size, flag))
+        if not SIMULATOR:
+            self.stream_obj.synchronize()
+        return bool(flag[0])
 
 
 def _is_numba(a) -> bool:
@@ -143,9 +232,10 @@ def _dense(mem: CudaMemory, a) -> bool:
 
 
 def _flat(mem: CudaMemory, a):
-    """(1-D view of the memory ``a`` spans, starting at its lowest address; the element index
-    of ``a[0, ..., 0]`` in that view). Negative strides are read in place."""
+    """(1-D view of the memory ``a`` spans, starting at its lowest address, in its storage
+    dtype; the element index of ``a[0, ..., 0]`` in that view). Negative strides in place."""
     dt = mem.dtype(a)
+    sdt = storage_dtype(dt)
     st = element_strides(mem.strides(a), dt.itemsize)
     shape = mem.shape(a)
     lo = sum((n - 1) * s for n, s in zip(shape, st) if s < 0 and n)
@@ -156,68 +246,102 @@ def _flat(mem: CudaMemory, a):
     if h is not None:
         from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
-        # the same memory seen from its lowest address (each negative-stride dim flipped)
         low = h[tuple(slice(None, None, -1) if s < 0 else slice(None) for s in h.strides)] \
             if h.ndim else h
         assert low.__array_interface__["data"][0] == start
-        return FakeCUDAArray(np.lib.stride_tricks.as_strided(low, (length,), (dt.itemsize,))), -lo
+        span = np.lib.stride_tricks.as_strided(low, (length,), (dt.itemsize,))
+        return FakeCUDAArray(span.view(sdt)), -lo
 
-    class _Span:  # a CUDA Array Interface for the span, so no allocation is involved
-        __cuda_array_interface__ = {"shape": (length,), "strides": None, "typestr": dt.str,
+    class _Span:  # a CUDA Array Interface for the span: no allocation, no stream sync
+        __cuda_array_interface__ = {"shape": (length,), "strides": None, "typestr": sdt.str,
                                     "data": (start, False), "version": 3}
 
-    return cuda.as_cuda_array(_Span()), -lo
+    return cuda.as_cuda_array(_Span(), sync=False), -lo
 
 
-def _meta(plan, bases) -> object:
-    offs = [b + o for b, o in zip(bases, plan.iter_offsets)]
-    meta = [len(plan.iter_shape), *plan.iter_shape, *(s for st in plan.iter_strides for s in st),
-            *offs]
-    return cuda.to_device(np.array(meta, np.int64))
+def _shape_arg(plan, blocks: int, tpb: int):
+    """The plan's shape as kernel arguments: unsigned 32-bit when every linear index of the
+    grid-stride loop fits (32-bit div/mod), else int64."""
+    small = plan.size + blocks * tpb < 2**31
+    if small:
+        return tuple(np.uint32(s) for s in plan.iter_shape), True
+    return tuple(int(s) for s in plan.iter_shape), False
 
 
-def _small(plan, blocks: int, tpb: int) -> bool:
-    """Whether every linear index of the grid-stride loop fits in 32 bits."""
-    return plan.size + blocks * tpb < 2**31
+def _launch(name: str, blocks: int, tpb: int, mem: CudaMemory, args) -> None:
+    """Every launch goes through here: on the call's stream, recorded in :data:`LAUNCHES`."""
+    LAUNCHES.append((name, mem.device, mem.stream))
+    kernels.KERNELS[name][blocks, tpb, mem.stream_obj](*args)
 
 
-MEMORY = CudaMemory()
+def _run(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> None:
+    """Launch ``spec`` over ``plan`` for CUDA arrays ``out`` and ``inputs``."""
+    n = plan.size
+    flats = [_flat(mem, a) for a in (out, *inputs)]
+    starts = tuple(b + o for (_, b), o in zip(flats, plan.iter_offsets))
+    spans = [f for f, _ in flats]
+    if plan.variant == CONTIG and len(plan.iter_shape) == 1 and not any(starts):
+        blocks, tpb = kernels.launch_config(n, kernels.UNROLL)
+        _launch("contig", blocks, tpb, mem, (spec, spans[0], tuple(spans[1:]), n))
+        return
+    blocks, tpb = kernels.launch_config(n)
+    shape, _ = _shape_arg(plan, blocks, tpb)
+    strides = [tuple(int(s) for s in st) for st in plan.iter_strides]
+    _launch("strided", blocks, tpb, mem,
+            (spec, spans[0], tuple(spans[1:]), shape, strides[0], tuple(strides[1:]), starts, n))
 
 
-def memory(where: str) -> CudaMemory:
-    """The pipeline's view of CUDA arrays (the same on every GPU: arrays carry their own)."""
-    return MEMORY
+def memory(where: str, device, operands, out, fname: str) -> CudaMemory:
+    """The call's GPU, stream and result kind (SPEC section 7), checked; RuntimeError when
+    the operands are on different GPUs, not on the one asked for, or there is no such GPU."""
+    cuda_ops = [v for v in (*operands, out) if v is not None and _device.is_cuda_array(v)]
+    asked = _device.requested_index(device)
+    count = 1 if SIMULATOR else len(cuda.gpus)
+    if asked is not None and asked >= count:
+        raise RuntimeError(f"jitops.{fname}: device={device!r} but this machine has {count} "
+                           f"GPU{'s' if count != 1 else ''} (cuda:0"
+                           f"{f' to cuda:{count - 1}' if count > 1 else ''})")
+    found = sorted({d for d in (arrays.device_of(v) for v in cuda_ops) if d >= 0})
+    if len(found) > 1:
+        raise RuntimeError(f"jitops.{fname}: the operands are on different GPUs "
+                           f"({', '.join(f'cuda:{d}' for d in found)}); copy them to one GPU "
+                           "first (jitops makes no implicit transfers)")
+    if asked is not None and found and found[0] != asked:
+        raise RuntimeError(f"jitops.{fname}: device={device!r} but the CUDA operands are on "
+                           f"cuda:{found[0]}; copy them first (no implicit transfers)")
+    dev = asked if asked is not None else (found[0] if found else 0)
+    streams = []
+    for v in cuda_ops:
+        s = arrays.stream_of(v, dev)
+        if s is not None and s not in streams:
+            streams.append(s)
+    first = next((v for v in operands if _device.is_cuda_array(v)), out)
+    rkind = arrays.kind(first) if first is not None else "numba"
+    return CudaMemory(dev, streams[0] if streams else None, rkind, tuple(streams[1:]))
 
 
-def on_device(where: str):
-    """The context the call runs in: the chosen GPU (the simulator has only one)."""
-    index = int(where.split(":")[1])
-    return contextlib.nullcontext() if SIMULATOR else cuda.gpus[index]
+def on_device(mem: CudaMemory):
+    """The context the call runs in: its GPU (the simulator has only one)."""
+    import contextlib
+
+    return contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
 
 
-def launch(call: PreparedCall) -> None:
-    """Run a prepared call on the GPU (the pipeline made every operand a device array)."""
+def _spec(call: PreparedCall, mem: CudaMemory) -> CudaSpec:
+    ins = tuple(mem.dtype(a) for a in call.inputs)
+    if isinstance(call.impl, str):
+        return CudaSpec("op:" + call.impl, call.act, ins, call.dtypes.result,
+                        call.dtypes.compute)
+    from ..cpu.nary import function_key
+
+    fn = call.impl.py_func
+    key, cacheable = function_key(fn)
+    register(key, fn, False)
+    return CudaSpec(key, None, ins, call.dtypes.result, call.dtypes.compute, cacheable)
+
+
+def launch(call: PreparedCall, mem: CudaMemory) -> None:
+    """Run a prepared call on the GPU (the pipeline made every operand a CUDA array)."""
     if not call.plan.size:
         return
-    names = tuple(MEMORY.dtype(a).name for a in call.inputs)
-    if isinstance(call.impl, str):
-        loops = kernels.elementwise(call.impl, call.act, *names, call.dtypes.result.name,
-                                    call.dtypes.compute.name)
-    else:  # a user op: its scalar function, compiled for the GPU
-        loops = kernels.user_elementwise(call.impl.py_func, names, call.dtypes.result.name,
-                                         call.dtypes.compute.name)
-    _run(loops, call.plan, call.target, *call.inputs)
-
-
-def _run(loops, plan, out, *inputs) -> None:
-    """Launch ``loops`` (contig, strided) over ``plan`` for device arrays out and inputs."""
-    flats = [_flat(MEMORY, a) for a in (out, *inputs)]
-    blocks, tpb = kernels.launch_config(plan.size)
-    starts = [b + o for (_, b), o in zip(flats, plan.iter_offsets)]
-    contig, strided = loops
-    arrays = [f for f, _ in flats]
-    if plan.variant == CONTIG and len(plan.iter_shape) == 1 and not any(starts):
-        contig[blocks, tpb](*arrays, plan.size)
-    else:
-        strided[blocks, tpb](*arrays, _meta(plan, [b for _, b in flats]), plan.size,
-                             _small(plan, blocks, tpb))
+    _run(mem, _spec(call, mem), call.plan, call.target, *call.inputs)

@@ -3,171 +3,183 @@
 Imported only when CUDA is requested (``device="cuda"`` or a CUDA array operand), so
 ``import jitops`` never touches the CUDA driver.
 
-Two kernels per specialisation, both grid-stride loops (CuPy's ``CUPY_FOR``):
+Three module-level kernels, specialised through a :class:`~jitops.cuda.spec.CudaSpec` argument
+(so they are cached on disk, like the CPU's, and a new process does not recompile):
 
-* ``contig``  -- every operand is one dense 1-D run: ``o[i] = f(x[i], y[i])``, no index math;
-* ``strided`` -- the planner's coalesced N-d space: unravel the linear index with div/mod per
-  dim into per-operand element offsets (CuPy's ``CIndexer``), in 32-bit arithmetic when every
-  index fits, 64-bit otherwise ("64-bit division is very slow on GPU").
+* ``contig``  -- every operand one dense 1-D run: each thread handles ``UNROLL`` elements a
+  block apart per step (coalesced, several loads in flight before the first store), indexes
+  with unsigned integers (no per-element wraparound fix-up) and has no index math besides;
+* ``strided`` -- the planner's coalesced N-d space, one grid-stride loop: the linear index is
+  unravelled with one div/mod per dimension *beyond the first* (straight-line code for the
+  plan's rank, a compile-time constant), in unsigned 32-bit arithmetic when every index fits;
+* ``any_zero`` -- the integer ``elementwise_div`` zero check, on the device.
 
-and the same two loops around ``o = x`` (:func:`copy`: the overlap policy's copies).
-Operands are addressed as 1-D views over their memory span plus a start offset and element
-strides from the planner (negative strides included), exactly as on the CPU.
-
-The strided kernels read one int64 ``meta`` array::
-
-    [nd, shape (nd), strides of out and of each input (nd each), start offsets of each]
-
-The loops are written for any number of inputs (the built-in ops have two, a user op of
-``jitops.elementwise`` one or more, the copies one).
+Operands are 1-D views over their memory span (negative strides included) plus start
+offsets and element strides from the planner, all passed *by value*: shape, strides and
+offsets are tuples of kernel arguments, so a launch allocates nothing on the device.
 """
 
 from __future__ import annotations
 
-import functools
+import hashlib
+import os
 
 import numba
-import numpy as np
-from numba import cuda, types
-from numba.np.numpy_support import from_dtype
+from numba import cuda
 
-from ..core import config
-from ..core import scalar as _scalar
-from ..core.dtypes import act_dtype
+from ..core import config, sources
+from .spec import SIMULATOR, element, gather, load, offsets
 
-#: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
-SIMULATOR = bool(getattr(numba.config, "ENABLE_CUDASIM", 0))
+#: Elements per thread and step in ``contig`` (loads issued before the first store).
+UNROLL = 4
 
 
-def _divmod_py(r, n):
-    return r // n, r % n
+def _cache_flag() -> bool:
+    return config.cache_enabled() and not SIMULATOR
 
 
-def _make_divmod32():
-    """Unsigned 32-bit div/mod: Numba types int32 arithmetic as int64, and 64-bit division is
-    several times slower on a GPU, so the narrowing is done in LLVM directly."""
-    from llvmlite import ir
-    from numba.extending import intrinsic
-
-    @intrinsic
-    def divmod32(typingctx, r, n):
-        sig = types.UniTuple(types.int64, 2)(r, n)
-
-        def codegen(context, builder, signature, args):
-            i32, i64 = ir.IntType(32), ir.IntType(64)
-            a, b = builder.trunc(args[0], i32), builder.trunc(args[1], i32)
-            q, m = builder.zext(builder.udiv(a, b), i64), builder.zext(builder.urem(a, b), i64)
-            return context.make_tuple(builder, signature.return_type, [q, m])
-
-        return sig, codegen
-
-    return divmod32
+def _jit(fn):
+    kernel = cuda.jit(fn)
+    if _cache_flag():
+        _enable_cache(kernel)
+    return kernel
 
 
-#: 32-bit div/mod on a GPU; plain Python in the simulator (which cannot run intrinsics).
-divmod32 = _divmod_py if SIMULATOR else _make_divmod32()
+def contig(spec, o, ins, n):
+    bs = cuda.blockDim.x
+    i = (cuda.blockIdx.x * bs) * UNROLL + cuda.threadIdx.x
+    step = (cuda.gridDim.x * bs) * UNROLL
+    while i + (UNROLL - 1) * bs < n:
+        j0 = numba.uint64(i)
+        j1 = numba.uint64(i + bs)
+        j2 = numba.uint64(i + 2 * bs)
+        j3 = numba.uint64(i + 3 * bs)
+        v0 = load(ins, j0)
+        v1 = load(ins, j1)
+        v2 = load(ins, j2)
+        v3 = load(ins, j3)
+        o[j0] = element(spec, v0)
+        o[j1] = element(spec, v1)
+        o[j2] = element(spec, v2)
+        o[j3] = element(spec, v3)
+        i += step
+    while i < n:  # the last, partial step: at most UNROLL elements of this thread
+        j = numba.uint64(i)
+        o[j] = element(spec, load(ins, j))
+        i += bs
 
 
-if not SIMULATOR:  # the simulator runs the table's plain-Python fma
-    from numba.core.extending import overload
-
-    @overload(_scalar.fma, target="cuda")
-    def _ov_fma(a, b, c):
-        if isinstance(a, types.Float) and a == b == c:
-            return lambda a, b, c: cuda.fma(a, b, c)
-        return None
-
-
-@functools.cache
-def _device_fn(fn):
-    return cuda.jit(device=True)(fn)
+def strided(spec, o, ins, shape, ostr, istr, starts, n):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        f = offsets(shape, ostr, istr, starts, i)
+        o[numba.uint64(f[0])] = element(spec, gather(ins, f))
+        i += step
 
 
-@functools.cache
-def elementwise(op: str, act: str | None, x: str, y: str, out: str, compute: str):
-    """The (contig, strided) kernels of one specialisation, built from the scalar table."""
-    T = from_dtype(np.dtype(compute))
-    A = from_dtype(act_dtype(act, np.dtype(compute)))  # as on the CPU (jitops.cpu.spec)
-    f = _device_fn(_scalar.OPS[op])
-    g = _device_fn(_scalar.ACTS[act])
-    out_t = types.boolean if out == "bool" else from_dtype(np.dtype(out))
-
-    @cuda.jit(device=True)
-    def elem(a, b):
-        return out_t(g(A(T(f(T(a), T(b), T))), A))
-
-    return _loops(elem, 2)
+def any_zero(y, shape, ystr, start, n, flag):
+    i = cuda.grid(1)
+    step = cuda.gridsize(1)
+    while i < n:
+        f = offsets(shape, ystr, (), start, i)
+        if y[numba.uint64(f[0])] == 0:
+            flag[0] = 1
+        i += step
 
 
-@functools.cache
-def user_elementwise(fn, inputs: tuple[str, ...], out: str, compute: str):
-    """The (contig, strided) kernels of a user op (``jitops.elementwise``): its scalar
-    function compiled as a device function, each input converted to the compute dtype and
-    the return value to the result dtype, as on the CPU (jitops.cpu.nary)."""
-    n = len(inputs)
-    args = ", ".join(f"a{k}" for k in range(1, n + 1))
-    conv = ", ".join(f"T(a{k})" for k in range(1, n + 1))
-    ns = {"T": from_dtype(np.dtype(compute)), "FN": _device_fn(fn),
-          "OUT": types.boolean if out == "bool" else from_dtype(np.dtype(out))}
-    exec(f"def elem({args}):\n    return OUT(FN({conv}))\n", ns)
-    return _loops(cuda.jit(device=True)(ns["elem"]), n)
+#: numba-cuda warns (NumbaPerformanceWarning) at every launch of fewer than 128 blocks; a
+#: small launch is spread over that many small blocks instead (idle threads exit at once).
+#: The simulator runs every thread as Python: no padding there.
+MIN_BLOCKS = 1 if SIMULATOR else 128
 
 
-@functools.cache
-def copy():
-    """The (contig, strided) kernels of ``o = x``: bits as they are, for the overlap policy's
-    copies and a stand-in ``out``."""
-
-    @cuda.jit(device=True)
-    def first(a):
-        return a
-
-    return _loops(first, 1)
-
-
-def _loop_source(n: int) -> str:
-    """Source of the two grid-stride loops around ``elem(a1, ..., an)`` (``n`` inputs)."""
-    ins = range(1, n + 1)
-    arrays = ", ".join(f"a{k}" for k in ins)
-    L = [f"def contig(o, {arrays}, n):",
-         "    i = cuda.grid(1)",
-         "    step = cuda.gridsize(1)",
-         "    while i < n:",
-         f"        o[i] = elem({', '.join(f'a{k}[i]' for k in ins)})",
-         "        i += step",
-         "",
-         f"def strided(o, {arrays}, meta, n, small):",
-         "    # small: every linear index fits in 32 bits: the per-dim div/mod runs in 32-bit",
-         "    nd = meta[0]",
-         f"    base = 1 + {n + 2} * nd",
-         "    i = cuda.grid(1)",
-         "    step = cuda.gridsize(1)",
-         "    while i < n:",
-         "        r = i"]
-    L += [f"        f{k} = meta[base + {k}]" for k in range(n + 1)]
-    L += ["        for d in range(nd - 1, -1, -1):",
-          "            sz = meta[1 + d]",
-          "            if small:",
-          "                r, k = divmod32(r, sz)",
-          "            else:",
-          "                k = r % sz",
-          "                r //= sz"]
-    L += [f"            f{k} += k * meta[1 + {k + 1} * nd + d]" for k in range(n + 1)]
-    L += [f"        o[f0] = elem({', '.join(f'a{k}[f{k}]' for k in ins)})",
-          "        i += step"]
-    return "\n".join(L) + "\n"
-
-
-def _loops(elem, n: int):
-    """Grid-stride loops around ``elem`` of ``n`` inputs: a dense 1-D one and the strided N-d
-    one, which reads ``[nd, shape, strides of out and each input, start offsets]``."""
-    ns = {"cuda": cuda, "elem": elem, "divmod32": divmod32}
-    exec(compile(_loop_source(n), f"<jitops cuda loops, {n} inputs>", "exec"), ns)
-    return cuda.jit(ns["contig"]), cuda.jit(ns["strided"])
-
-
-def launch_config(n: int) -> tuple[int, int]:
-    """Blocks and threads per block for ``n`` elements (grid-stride loops cover the rest)."""
+def launch_config(n: int, per_thread: int = 1) -> tuple[int, int]:
+    """Blocks and threads per block for ``n`` elements, ``per_thread`` each per step
+    (grid-stride loops cover the rest); at least :data:`MIN_BLOCKS` blocks."""
     tpb = config.CUDA_THREADS_PER_BLOCK
-    blocks = max(1, min(-(-n // tpb), config.CUDA_MAX_BLOCKS))
-    return blocks, tpb
+    blocks = -(-n // (tpb * per_thread))
+    while blocks < MIN_BLOCKS and tpb > 32:
+        tpb //= 2
+        blocks = -(-n // (tpb * per_thread))
+    return max(MIN_BLOCKS, min(blocks, config.CUDA_MAX_BLOCKS)), tpb
+
+
+# -- the on-disk cache -------------------------------------------------------------------------
+
+#: What a cached CUDA kernel depends on: these modules and the jitops modules they import.
+KERNEL_MODULES = ("jitops.cuda.kernels", "jitops.act")
+_stamp: str | None = None
+
+
+def source_stamp() -> str:
+    global _stamp
+    if _stamp is None:
+        h = hashlib.sha256(numba.__version__.encode())
+        h.update(getattr(cuda, "__version__", "").encode())
+        modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
+        for m in modules:
+            with open(sources.module_file(m), "rb") as f:
+                h.update(f.read())
+        _stamp = h.hexdigest()
+    return _stamp
+
+
+def _enable_cache(kernel) -> None:
+    """numba-cuda's cache in jitops' directory, stamped with jitops' sources, degrading to
+    compiling (never to an error) on a damaged, full or unwritable cache."""
+    try:
+        from numba.cuda.core.caching import _CacheLocator
+        from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+
+        from ..cpu.cache import LocatorMixin
+    except ImportError:  # pragma: no cover - the built-in numba.cuda: uncached
+        return
+
+    class Locator(LocatorMixin, _CacheLocator):
+        subdir = "cuda"
+        stamp = staticmethod(source_stamp)
+
+    class Impl(CUDACacheImpl):
+        _locator_classes = [Locator]
+
+    class Cache(CUDACache):
+        _impl_class = Impl
+
+        def load_overload(self, sig, target_context):
+            try:
+                return super().load_overload(sig, target_context)
+            except Exception:  # a damaged entry: compile instead, and let the save rewrite it
+                path = getattr(self._cache_file, "_index_path", None)
+                try:
+                    if path and os.path.isfile(path):
+                        os.unlink(path)
+                except OSError:
+                    pass  # read-only: ignored anyway
+                return None
+
+        def save_overload(self, sig, data):
+            if any(str(getattr(a, "fn_key", "")).startswith("local:") for a in sig):
+                return  # a lambda or closure: its name is this process's only
+            try:
+                super().save_overload(sig, data)
+            except Exception:  # full disk, read-only directory: stay uncached
+                pass
+
+    try:
+        kernel._cache = Cache(kernel.py_func)
+    except Exception:  # no usable cache directory
+        pass
+
+
+def location() -> str:
+    """Where the CUDA kernels are cached."""
+    return os.path.join(config.cache_dir(), "cuda")
+
+
+contig = _jit(contig)
+strided = _jit(strided)
+any_zero = _jit(any_zero)
+
+#: The kernels by name (what the compile test and the launch trace call them).
+KERNELS = {"contig": contig, "strided": strided, "any_zero": any_zero}

@@ -1,0 +1,114 @@
+"""The CUDA section of the benchmark suite (``bench --cuda``; on by itself where a GPU is).
+
+Each case runs jitops on device arrays side by side with CuPy and PyTorch (where installed),
+rounds alternating, timed with CUDA events on the launch's stream (medians), and reports the
+fraction of the card's theoretical memory bandwidth (from its memory clock and bus width)
+that the bytes each op must move reach. Where no GPU is usable the section says why and
+records nothing else: no number here is ever measured on the simulator.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+import numpy as np
+
+CASES = (  # (key, title, x shape, y shape, broadcast, axis)
+    ("contig_1e7", "subtract 1e7 float32", (10_000_000,), (10_000_000,), "numpy", -1),
+    ("contig_1e8", "subtract 1e8 float32", (100_000_000,), (100_000_000,), "numpy", -1),
+    ("row", "subtract (4096, 4096) - (4096,)", (4096, 4096), (4096,), "numpy", -1),
+    ("pdpd", "subtract pdpd (64, 128, 56, 56), axis=1", (64, 128, 56, 56), (128,), "pdpd", 1),
+    ("transposed", "subtract X.T - Y (4096, 4096)", (4096, 4096), (4096, 4096), "numpy", -1),
+)
+
+
+def peak_bandwidth(dev) -> float:
+    """Theoretical DRAM bandwidth of a Numba device, bytes/s (DDR: two transfers a clock)."""
+    clock_khz = dev.MEMORY_CLOCK_RATE
+    bus_bits = dev.GLOBAL_MEMORY_BUS_WIDTH
+    return 2 * clock_khz * 1e3 * bus_bits / 8
+
+
+def _time(fn: Callable[[], object], rounds: int) -> float:
+    from numba import cuda
+
+    start, stop = cuda.event(), cuda.event()
+    fn()  # compile / warm
+    cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start.record()
+        fn()
+        stop.record()
+        stop.synchronize()
+        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
+    return statistics.median(times)
+
+
+def run(scale: float, progress) -> dict:
+    from ..core.device import cuda_unavailable_reason
+
+    why = cuda_unavailable_reason()
+    if why is not None:
+        progress(f"cuda: skipped ({why})")
+        return {"available": False, "reason": why}
+    from numba import cuda
+
+    import jitops
+
+    dev = cuda.get_current_device()
+    peak = peak_bandwidth(dev)
+    contenders = {}
+    try:
+        import cupy
+        contenders["cupy"] = cupy
+    except Exception:  # pragma: no cover - optional
+        pass
+    try:
+        import torch
+        if torch.cuda.is_available():
+            contenders["torch"] = torch
+    except Exception:  # pragma: no cover - optional
+        pass
+    rounds = max(5, int(21 * scale))
+    rows = []
+    rng = np.random.default_rng(0)
+    for key, title, xs, ys, mode, axis in CASES:
+        progress(f"cuda: {title} ...")
+        x = cuda.to_device(rng.standard_normal(xs, dtype=np.float32))
+        y = cuda.to_device(rng.standard_normal(ys, dtype=np.float32))
+        if key == "transposed":
+            x = x.T
+        out = cuda.device_array(jitops.subtract(x, y, broadcast=mode, axis=axis).shape,
+                                np.float32)
+        moved = 4 * (out.size + x.size + y.size)  # written once, each input read once
+        t = {"jitops": _time(lambda: jitops.subtract(x, y, broadcast=mode, axis=axis, out=out),
+                             rounds)}
+        if "cupy" in contenders and mode == "numpy":
+            cp = contenders["cupy"]
+            cx, cy, co = cp.asarray(x), cp.asarray(y), cp.asarray(out)
+            t["cupy"] = _time(lambda: cp.subtract(cx, cy, out=co), rounds)
+        if "torch" in contenders and mode == "numpy":
+            th = contenders["torch"]
+            tx, ty, to = (th.as_tensor(a, device="cuda") for a in (x, y, out))
+            t["torch"] = _time(lambda: th.sub(tx, ty, out=to), rounds)
+        rows.append({"key": key, "title": title, "median_s": t,
+                     "fraction_of_peak": moved / t["jitops"] / peak,
+                     "ratios": {k: v / t["jitops"] for k, v in t.items() if k != "jitops"}})
+    return {"available": True, "device": dev.name.decode() if isinstance(dev.name, bytes)
+            else str(dev.name), "peak_GBps": peak / 1e9, "rows": rows}
+
+
+def markdown(result: dict) -> str:
+    if not result.get("available"):
+        return f"CUDA: not run ({result.get('reason')})."
+    lines = [f"CUDA on {result['device']} (theoretical {result['peak_GBps']:.0f} GB/s):", "",
+             "| case | jitops | share of peak | CuPy | PyTorch |", "|---|---:|---:|---:|---:|"]
+    for r in result["rows"]:
+        t = r["median_s"]
+        cells = [f"{t[k] * 1e6:.1f} µs ({r['ratios'][k]:.2f}×)" if k in t else "-"
+                 for k in ("cupy", "torch")]
+        lines.append(f"| {r['title']} | {t['jitops'] * 1e6:.1f} µs "
+                     f"| {r['fraction_of_peak']:.0%} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines)

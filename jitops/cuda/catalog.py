@@ -1,0 +1,156 @@
+"""The CUDA kernels the dispatcher can build, as (kernel, argument types): what the
+compile test (``python -m pytest -m cuda_compile``) compiles for a current GPU without one.
+
+The specialisations come from the pipeline's own dtype rules (:func:`jitops.core.dtypes.
+resolve`, :func:`~jitops.core.dtypes.implementation`), never from a list kept by hand, so a
+new dtype, op or activation is compiled as soon as the dispatcher can reach it. The space is
+large (9 kernel ops x 14 x 14 dtype pairs x 7 activations x every rank): :func:`catalog` walks
+it along each axis, every value of every axis at least once --
+
+* every op on every dtype (same-dtype pairs), contiguous and strided;
+* every activation on every dtype it accepts;
+* every mixed dtype pair (the loads and conversions of promotion), on one op;
+* the strided kernel at ranks 1 to 4, with 32- and 64-bit indexing; every copy and
+  zero check; user ops of 1, 2, 3 and 5 inputs (``jitops.act`` inside included);
+
+and ``full=True`` walks the whole product of ops, dtype pairs and activations.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+from numba import types
+from numba.np.numpy_support import from_dtype
+
+from .. import act
+from ..core.dtypes import SUPPORTED, implementation, kernel_op, resolve
+from ..core.scalar import ACT_NAMES
+from .spec import CudaSpec, register, storage_dtype
+
+#: The public ops, by the kernel op they start from (``trunc_divide``: ``elementwise_div``).
+OPS = ("add", "subtract", "multiply", "divide", "maximum", "minimum", "fmax", "fmin",
+       "trunc_divide")
+
+
+def _span(dt: np.dtype):
+    return from_dtype(storage_dtype(dt))[::1]
+
+
+def builtin_spec(op: str, act: str | None, x: np.dtype, y: np.dtype) -> CudaSpec | None:
+    """The spec a call of ``op`` on x, y with ``act`` launches, or None when the pipeline
+    refuses the call (a TypeError there)."""
+    kop = kernel_op(op, np.result_type(x, y))
+    try:
+        dt = resolve(kop, x, y, op, act)
+    except TypeError:
+        return None
+    return CudaSpec("op:" + implementation(kop, dt.result), act, (x, y), dt.result, dt.compute)
+
+
+def contig_types(spec: CudaSpec) -> tuple:
+    ins = tuple(_span(d) for d in spec.inputs)
+    return (spec.numba_type, _span(spec.out), types.Tuple(ins), types.int64)
+
+
+def strided_types(spec: CudaSpec, nd: int, small: bool) -> tuple:
+    ins = tuple(_span(d) for d in spec.inputs)
+    idx = types.uint32 if small else types.int64
+    st = types.UniTuple(types.int64, nd)
+    return (spec.numba_type, _span(spec.out), types.Tuple(ins), types.UniTuple(idx, nd), st,
+            types.Tuple((st,) * len(ins)), types.UniTuple(types.int64, len(ins) + 1),
+            types.int64)
+
+
+def any_zero_types(dt: np.dtype, nd: int, small: bool) -> tuple:
+    idx = types.uint32 if small else types.int64
+    return (_span(dt), types.UniTuple(idx, nd), types.UniTuple(types.int64, nd),
+            types.UniTuple(types.int64, 1), types.int64, types.int32[::1])
+
+
+# -- user ops the catalogue compiles (module-level, as users write them) -----------------------
+
+def _one(x):
+    return x * x + 1
+
+
+def _two(x, y):
+    return x * y - y
+
+
+def _three(x, w, b):
+    return act.relu(x * w + b)
+
+
+def _five(a, b, c, d, e):
+    return (a + b) * c - d / (e + 1.5)
+
+
+USER_OPS = (_one, _two, _three, _five)
+
+
+def user_spec(fn, dt: np.dtype) -> CudaSpec:
+    """The spec of user op ``fn`` on inputs of ``dt`` (its result dtype as a call infers it)."""
+    from ..core.dtypes import compute_dtype
+    from ..cpu.nary import function_key
+    from ..fusion import elementwise
+
+    key, cacheable = function_key(fn)
+    register(key, fn, False)
+    n = fn.__code__.co_argcount
+    compute = compute_dtype(dt)
+    out = elementwise(fn).result_dtype(dt, compute, fn.__name__)
+    return CudaSpec(key, None, (dt,) * n, out, compute, cacheable)
+
+
+def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
+    """(kernel name, a label, argument types) of every kernel in the walk (see the module)."""
+    seen = set()
+
+    def emit(name, label, argtypes):
+        key = (name, argtypes)
+        if key not in seen:
+            seen.add(key)
+            yield name, label, argtypes
+
+    acts = (None, *ACT_NAMES)
+    if full:
+        for op, (x, y), act in itertools.product(OPS, itertools.product(SUPPORTED, repeat=2),
+                                                 acts):
+            s = builtin_spec(op, act, x, y)
+            if s is not None:
+                yield from emit("contig", f"{op} {x},{y} act={act}", contig_types(s))
+                yield from emit("strided", f"{op} {x},{y} act={act} nd=2",
+                                strided_types(s, 2, True))
+        return
+    for op, dt in itertools.product(OPS, SUPPORTED):
+        s = builtin_spec(op, None, dt, dt)
+        if s is not None:
+            yield from emit("contig", f"{op} {dt}", contig_types(s))
+            yield from emit("strided", f"{op} {dt} nd=2", strided_types(s, 2, True))
+    for act, dt in itertools.product(ACT_NAMES, SUPPORTED):
+        s = builtin_spec("subtract" if dt.kind != "b" else "add", act, dt, dt)
+        if s is not None:
+            yield from emit("contig", f"act={act} {dt}", contig_types(s))
+    for x, y in itertools.product(SUPPORTED, repeat=2):
+        if x != y:
+            s = builtin_spec("add", None, x, y)
+            yield from emit("contig", f"add {x},{y}", contig_types(s))
+    s = builtin_spec("subtract", None, np.dtype("float32"), np.dtype("float32"))
+    for nd, small in itertools.product(range(1, 5), (True, False)):
+        yield from emit("strided", f"subtract float32 nd={nd} small={small}",
+                        strided_types(s, nd, small))
+    for dt in SUPPORTED:
+        c = CudaSpec("copy", None, (dt,), dt, dt)
+        yield from emit("contig", f"copy {dt}", contig_types(c))
+        yield from emit("strided", f"copy {dt} nd=2", strided_types(c, 2, True))
+        if dt.kind in "iu":
+            for nd, small in ((1, True), (2, True), (2, False)):
+                yield from emit("any_zero", f"any_zero {dt} nd={nd} small={small}",
+                                any_zero_types(dt, nd, small))
+    for fn, dt in itertools.product(USER_OPS, ("float32", "float64", "int32")):
+        u = user_spec(fn, np.dtype(dt))
+        yield from emit("contig", f"user {fn.__name__} {dt}", contig_types(u))
+        yield from emit("strided", f"user {fn.__name__} {dt} nd=2", strided_types(u, 2, True))

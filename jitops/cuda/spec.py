@@ -1,0 +1,287 @@
+"""CUDA kernel specialisation as a Numba type, as on the CPU (jitops.cpu.spec).
+
+The CUDA kernels (jitops.cuda.kernels) are a few module-level functions, so numba-cuda's
+on-disk cache can find them in a new process. They are specialised per op and dtype through
+one argument, a :class:`CudaSpec`, whose Numba type carries ``(function, act, inputs, out,
+compute)`` in its name; the overloads below turn it into code at compile time: the loads
+(a bool byte reads as 0 or 1 whatever it holds), the conversion to the compute type, the
+scalar function (the table of :mod:`jitops.core.scalar`, or a user op's function), the
+activation and the store.
+
+A spec is passed to a kernel as an ``int`` subclass of value 0 typed as a pointer, so the
+launch marshals it as one null word; only its *type* matters.
+
+Under Numba's CUDA simulator the kernels run as Python, and the stubs below are what runs:
+each has a plain-Python body doing what its overload compiles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numba
+import numpy as np
+from numba import cuda, types
+from numba.np.numpy_support import from_dtype
+
+from ..core import scalar as _scalar
+from ..core.dtypes import act_dtype
+
+#: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
+SIMULATOR = bool(getattr(numba.config, "ENABLE_CUDASIM", 0))
+
+_BOOL = "bool"
+
+
+def storage_dtype(dt: np.dtype) -> np.dtype:
+    """The dtype a kernel addresses an operand's memory as (bool as its bytes)."""
+    return np.dtype(np.uint8) if dt == np.dtype(bool) else dt
+
+
+def numba_type(name: str):
+    return types.boolean if name == _BOOL else from_dtype(np.dtype(name))
+
+
+#: key -> (scalar function, builtin): built-ins take ``(a, b, T)``, user ops ``(a1, ..., an)``.
+_FUNCTIONS: dict[str, tuple[object, bool]] = {}
+
+
+def register(key: str, fn, builtin: bool) -> None:
+    _FUNCTIONS[key] = (fn, builtin)
+
+
+for _name, _fn in _scalar.OPS.items():
+    register("op:" + _name, _fn, True)
+register("copy", None, False)  # o = x, bits as they are
+
+
+class CudaSpecType(types.CPointer):
+    """Numba type of a :class:`CudaSpec`: a pointer-sized word whose name says everything."""
+
+    def __init__(self, fn_key: str, act: str | None, inputs: tuple[str, ...], out: str,
+                 compute: str):
+        self.fn_key, self.act, self.inputs, self.out, self.compute = (fn_key, act, inputs, out,
+                                                                      compute)
+        super().__init__(types.uint8)
+        self.name = f"jitops.CudaSpec({fn_key};{act};{','.join(inputs)};{out};{compute})"
+
+    @property
+    def key(self):  # identity by name, not CPointer's (dtype, addrspace)
+        return self.name
+
+    def __reduce__(self):  # the cache index pickles signatures
+        return (CudaSpecType, (self.fn_key, self.act, self.inputs, self.out, self.compute))
+
+
+class CudaSpec(int):
+    """What one CUDA kernel instance computes. Interned; ``cacheable`` is False for user
+    functions that only exist in this process (lambdas, closures, notebook cells)."""
+
+    _interned: dict[tuple, CudaSpec] = {}
+
+    def __new__(cls, fn_key: str, act: str | None, inputs: tuple[np.dtype, ...],
+                out: np.dtype, compute: np.dtype, cacheable: bool = True) -> CudaSpec:
+        k = (fn_key, act, tuple(np.dtype(d) for d in inputs), np.dtype(out), np.dtype(compute))
+        self = cls._interned.get(k)
+        if self is None:
+            self = super().__new__(cls, 0)
+            self.fn_key, self.act, self.inputs, self.out, self.compute = k
+            self.cacheable = cacheable
+            self.numba_type = CudaSpecType(fn_key, act, tuple(d.name for d in k[2]),
+                                           k[3].name, k[4].name)
+            self._py = None
+            cls._interned[k] = self
+        return self
+
+    def __repr__(self) -> str:
+        return (f"CudaSpec({self.fn_key!r}, act={self.act!r}, "
+                f"inputs={[d.name for d in self.inputs]}, out={self.out}, "
+                f"compute={self.compute})")
+
+    def py_element(self):
+        """The element function in plain Python (the simulator's)."""
+        if self._py is None:
+            self._py = _element_source(self.numba_type, python=True)
+        return self._py
+
+
+# -- what the kernels call (plain Python bodies: the simulator's; overloads: the GPU's) --------
+
+def gather(ins, offs):
+    """The storage words of each input at its offset (``offs[0]`` is the output's)."""
+    return tuple(a[int(f)] for a, f in zip(ins, offs[1:]))
+
+
+def load(ins, i):
+    """The storage words of each input at index ``i`` (dense operands)."""
+    return tuple(a[int(i)] for a in ins)
+
+
+def element(spec, vals):
+    """One output word from the inputs' storage words."""
+    return spec.py_element()(*vals)
+
+
+def offsets(shape, ostr, istr, starts, i):
+    """Element offsets of out and of each input for linear index ``i`` of the planned space
+    (C order over ``shape``), as ``(out, in1, ..., inN)``."""
+    offs = list(starts)
+    r = int(i)
+    for d in range(len(shape) - 1, -1, -1):
+        r, k = divmod(r, int(shape[d]))
+        offs[0] += k * ostr[d]
+        for j, st in enumerate(istr):
+            offs[j + 1] += k * st[d]
+    return tuple(offs)
+
+
+def _load_word(name: str, python: bool):
+    """A bool byte -> 0 or 1 (only bools have a load function)."""
+    if python:
+        return lambda v: np.uint8(v != 0)
+    u8 = types.uint8
+    return cuda.jit(device=True)(lambda v: u8(1) if v != 0 else u8(0))
+
+
+def _store_word(name: str, python: bool):
+    if name == _BOOL:
+        if python:
+            return lambda v: np.uint8(1 if v else 0)
+        u8 = types.uint8
+        return cuda.jit(device=True)(lambda v: u8(1) if v else u8(0))
+    t = numba_type(name)
+    return t if python else cuda.jit(device=True)(lambda v: t(v))
+
+
+@functools.cache
+def _device_fn(fn):
+    return cuda.jit(device=True)(fn)
+
+
+def _element_source(spec: CudaSpecType, python: bool):
+    """The element function of ``spec``: ``vals`` (storage words) -> output word."""
+    fn, builtin = _FUNCTIONS[spec.fn_key]
+    n = len(spec.inputs)
+    args = ", ".join(f"v{k}" for k in range(n))
+    ns = {"STORE": _store_word(spec.out, python)}
+    words = []
+    for k, name in enumerate(spec.inputs):
+        if name == _BOOL:
+            ns[f"L{k}"] = _load_word(name, python)
+            words.append(f"L{k}(v{k})")
+        else:
+            words.append(f"v{k}")
+    if fn is None:  # copy: the word as it is
+        body = "v0"
+    else:
+        T = numba_type(spec.compute)
+        ns["T"] = T
+        ns["FN"] = fn if python else _device_fn(fn)
+        conv = [f"T({w})" for w in words]
+        if builtin:
+            body = f"FN({', '.join(conv)}, T)"
+            if spec.act is not None:
+                A = from_dtype(act_dtype(spec.act, np.dtype(spec.compute)))
+                g = _scalar.ACTS[spec.act]
+                ns["A"], ns["ACT"] = A, (g if python else _device_fn(g))
+                body = f"ACT(A(T({body})), A)"
+            body = f"T({body})"
+        else:
+            body = f"FN({', '.join(conv)})"
+        body = f"STORE({body})"
+    exec(f"def element({args}):\n    return {body}\n", ns)
+    return ns["element"]
+
+
+def _offsets_source(nd: int, nin: int, small: bool):
+    """Straight-line offsets for ``nd`` dims and ``nin`` inputs; 32-bit unsigned div/mod
+    where every linear index fits (64-bit division is several times slower on a GPU)."""
+    fs = range(nin + 1)
+    L = ["def offsets(shape, ostr, istr, starts, i):", "    r = I64(i)"]
+    L += [f"    f{j} = starts[{j}]" for j in fs]
+
+    def strides(j, d):
+        return f"ostr[{d}]" if j == 0 else f"istr[{j - 1}][{d}]"
+
+    for d in range(nd - 1, -1, -1):
+        if d:
+            L.append(f"    r, k = divmod32(r, I64(shape[{d}]))" if small else
+                     f"    q = r // I64(shape[{d}])\n    k = r - q * I64(shape[{d}])\n    r = q")
+        else:
+            L.append("    k = r")
+        L += [f"    f{j} += k * {strides(j, d)}" for j in fs]
+    L.append(f"    return ({', '.join(f'f{j}' for j in fs)},)")
+    return "\n".join(L) + "\n"
+
+
+if not SIMULATOR:
+    from llvmlite import ir
+
+    try:  # numba-cuda keeps the CUDA target's registries apart from Numba's
+        from numba.cuda import extending as _ext
+        from numba.cuda.extending import core_models as _models
+    except ImportError:  # pragma: no cover - the built-in numba.cuda shares Numba's
+        from numba.core import extending as _ext
+        from numba.core import models as _models
+
+    _ext.register_model(CudaSpecType)(_models.PointerModel)
+
+    @_ext.typeof_impl.register(CudaSpec)
+    def _typeof_spec(val, c):
+        return val.numba_type
+
+    @_ext.intrinsic
+    def divmod32(typingctx, r, n):
+        """Unsigned 32-bit div/mod of two int64 known to fit (Numba would divide in 64 bits)."""
+        sig = types.UniTuple(types.int64, 2)(r, n)
+
+        def codegen(context, builder, signature, args):
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            a, b = builder.trunc(args[0], i32), builder.trunc(args[1], i32)
+            q, m = builder.zext(builder.udiv(a, b), i64), builder.zext(builder.urem(a, b), i64)
+            return context.make_tuple(builder, signature.return_type, [q, m])
+
+        return sig, codegen
+
+    @_ext.overload(_scalar.fma, target="cuda")
+    def _ov_fma(a, b, c):
+        if isinstance(a, types.Float) and a == b == c:
+            return lambda a, b, c: cuda.fma(a, b, c)
+        return None
+
+    @_ext.overload(element, target="cuda")
+    def _ov_element(spec, vals):
+        if not isinstance(spec, CudaSpecType):
+            return None
+        elem = cuda.jit(device=True)(_element_source(spec, python=False))
+        n = len(spec.inputs)
+        call = ", ".join(f"vals[{k}]" for k in range(n))
+        ns = {"elem": elem}
+        exec(f"def impl(spec, vals):\n    return elem({call})\n", ns)
+        return ns["impl"]
+
+    def _words(args: str, n: int, word: str, **names):
+        """``impl(args)`` returning the tuple of ``word`` for k < n (k1 = k + 1)."""
+        ns = dict(names)
+        words = "".join(word.format(k=k, k1=k + 1) + ", " for k in range(n))
+        exec(f"def impl({args}):\n    return ({words})\n", ns)
+        return ns["impl"]
+
+    @_ext.overload(gather, target="cuda")
+    def _ov_gather(ins, offs):
+        return _words("ins, offs", len(ins), "ins[{k}][U64(offs[{k1}])]", U64=types.uint64)
+
+    @_ext.overload(load, target="cuda")
+    def _ov_load(ins, i):
+        return _words("ins, i", len(ins), "ins[{k}][i]")
+
+    @_ext.overload(offsets, target="cuda")
+    def _ov_offsets(shape, ostr, istr, starts, i):
+        small = shape.dtype == types.uint32
+        ns = {"I64": types.int64, "divmod32": divmod32}
+        exec(_offsets_source(len(shape), len(istr), small), ns)
+        return ns["offsets"]
+
+
+__all__ = ["CudaSpec", "CudaSpecType", "element", "gather", "load", "offsets", "register",
+           "storage_dtype", "SIMULATOR"]

@@ -1,0 +1,146 @@
+"""Every CUDA kernel jitops can build, compiled for a current GPU (sm_90) by the real
+numba-cuda compiler -- NVVM to PTX, then nvJitLink to a cubin -- on a machine without one.
+
+numba-cuda asks the driver one question while compiling: the current device's compute
+capability. The fixture answers it (9.0); nothing else of the driver is used. The kernels
+are those of :func:`jitops.cuda.catalog.catalog` (derived from the dispatcher's dtype
+rules), in chunks so pytest-xdist shares them out; the run's last line says
+``N compiled, M failed`` (tests/conftest.py).
+
+``python -m pytest -m cuda_compile`` runs this alone; ``JITOPS_CUDA_COMPILE=full`` walks the
+whole op x dtype-pair x activation product instead of every value of each axis.
+"""
+
+import os
+import subprocess
+import sys
+import traceback
+
+import pytest
+
+from .sm90 import CC
+
+pytestmark = pytest.mark.cuda_compile
+
+CHUNKS = 8
+
+if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+    pytest.skip("the compile test needs numba-cuda's compiler, not the simulator",
+                allow_module_level=True)
+try:
+    import numba.cuda.dispatcher  # noqa: F401
+    from cuda.bindings import nvjitlink
+except ImportError as e:  # the test extra installs numba-cuda[cu12]
+    pytest.skip(f"numba-cuda with its CUDA 12 wheels is not installed ({e})",
+                allow_module_level=True)
+
+
+@pytest.fixture
+def sm90(monkeypatch):
+    from .sm90 import patches
+
+    for obj, name, value in patches():
+        monkeypatch.setattr(obj, name, value)
+
+
+def _cubin(ptx: str) -> int:
+    """Assemble and link ``ptx`` for sm_90 with nvJitLink; the cubin's size."""
+    data = ptx.encode()
+    h = nvjitlink.create(1, [f"-arch=sm_{CC[0]}{CC[1]}"])
+    try:
+        nvjitlink.add_data(h, nvjitlink.InputType.PTX, data, len(data), "jitops")
+        nvjitlink.complete(h)
+        return nvjitlink.get_linked_cubin_size(h)
+    finally:
+        nvjitlink.destroy(h)
+
+
+def _catalog():
+    from jitops.cuda.catalog import catalog
+
+    return list(catalog(full=os.environ.get("JITOPS_CUDA_COMPILE") == "full"))
+
+
+@pytest.mark.parametrize("chunk", range(CHUNKS))
+def test_every_cuda_kernel_compiles_for_sm90(chunk, sm90):
+    from numba import cuda
+
+    from jitops.cuda import kernels
+
+    items = _catalog()[chunk::CHUNKS]
+    assert items, "the catalogue is empty"
+    failed = []
+    for name, label, argtypes in items:
+        try:
+            ptx, _ = cuda.compile_ptx(kernels.KERNELS[name].py_func, argtypes, cc=CC)
+            assert f".target sm_{CC[0]}{CC[1]}" in ptx
+            assert _cubin(ptx) > 0
+        except Exception:
+            failed.append(f"{name} [{label}]: {traceback.format_exc(limit=1).strip()[-600:]}")
+    with open(os.environ["JITOPS_COMPILE_REPORT"], "a") as f:
+        f.write(f"{len(items) - len(failed)} {len(failed)}\n")
+    assert not failed, f"{len(failed)} of {len(items)} kernels failed:\n" + "\n".join(failed[:5])
+
+
+def test_catalogue_reaches_every_op_dtype_and_act():
+    """The walk is not a hand-kept list: every op, dtype and activation the dispatcher
+    accepts appears in it."""
+    from jitops.core.dtypes import SUPPORTED
+    from jitops.core.scalar import ACT_NAMES
+
+    labels = " ".join(label for _, label, _ in _catalog())
+    for dt in SUPPORTED:
+        assert f"add {dt}" in labels and f"copy {dt}" in labels
+    for act in ACT_NAMES:
+        assert f"act={act} float32" in labels
+    for op in ("maximum", "fmin", "divide"):  # (elementwise_div on floats *is* divide)
+        assert f"{op} float16" in labels
+    assert "trunc_divide int8" in labels and "divide complex64" in labels
+    assert "user _three float32" in labels and "any_zero uint64" in labels
+
+
+_CHILD = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from tests.sm90 import install
+install()
+from jitops.cuda import catalog, kernels
+spec = catalog.builtin_spec("subtract", "relu", np.dtype("float32"), np.dtype("float32"))
+kernels.contig.compile(catalog.contig_types(spec))
+stats = kernels.contig.stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+"""
+
+
+def _child(cache_dir) -> tuple[int, int]:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(cache_dir))
+    res = subprocess.run([sys.executable, "-c", _CHILD.format(root=root)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    hits, misses = map(int, res.stdout.split()[-2:])
+    return hits, misses
+
+
+def test_cuda_kernels_are_cached_on_disk_for_the_next_process(tmp_path):
+    """A second process loads the kernel from jitops' cache instead of compiling it; a
+    damaged cache entry is recompiled, never an error."""
+    assert _child(tmp_path) == (0, 1)
+    assert _child(tmp_path) == (1, 0)
+    files = list((tmp_path / "cuda").iterdir())
+    assert any(f.suffix == ".nbc" for f in files)
+    for f in files:
+        f.write_bytes(b"garbage")
+    assert _child(tmp_path) == (0, 1)
+    assert _child(tmp_path) == (1, 0)
+
+
+def test_launches_never_fall_below_numba_cudas_occupancy_warning(monkeypatch):
+    from jitops.cuda import kernels
+
+    monkeypatch.setattr(kernels, "MIN_BLOCKS", 128)
+    for n in (1, 100, 5000, 128 * 256, 10**8):
+        for per in (1, kernels.UNROLL):
+            blocks, tpb = kernels.launch_config(n, per)
+            assert blocks >= 128 and 32 <= tpb <= 256
+            assert blocks * tpb * per >= min(n, 65535 * tpb * per)  # one step covers n
