@@ -144,3 +144,24 @@ def test_launches_never_fall_below_numba_cudas_occupancy_warning(monkeypatch):
             blocks, tpb = kernels.launch_config(n, per)
             assert blocks >= 128 and 32 <= tpb <= 256
             assert blocks * tpb * per >= min(n, 65535 * tpb * per)  # one step covers n
+
+
+def test_contig_kernel_machine_code(sm90):
+    """The contig loop as tuned: in its main loop every input's UNROLL loads are issued
+    before the first store, and addresses need no wraparound fix-up (no select on them)."""
+    import re
+
+    import numpy as np
+    from numba import cuda
+
+    from jitops.cuda import catalog, kernels
+
+    spec = catalog.builtin_spec("subtract", None, np.dtype("float32"), np.dtype("float32"))
+    ptx, _ = cuda.compile_ptx(kernels.contig.py_func, catalog.contig_types(spec), cc=CC)
+    body = ptx[ptx.index("$L__BB0_2:"):]
+    body = body[:body.index("bra")]  # the unrolled main loop, up to its back edge
+    loads = [m.start() for m in re.finditer(r"ld\.global\.f32", body)]
+    stores = [m.start() for m in re.finditer(r"st\.global\.f32", body)]
+    assert len(loads) == 2 * kernels.UNROLL and len(stores) == kernels.UNROLL
+    assert max(loads) < min(stores)
+    assert "selp" not in body and "div" not in body
