@@ -131,7 +131,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
         return call.finish(cpu.MEMORY)
     from .cuda import backend as cuda  # only when CUDA is asked for: no driver touched before
 
-    memory = cuda.memory(where, device, operands, out, fname)
+    memory = cuda.memory(device, operands, out, fname)
     with cuda.on_device(memory):
         call = prepare(memory, op, fname, operands, mode, axis, act, out)
         cuda.launch(call, memory)

@@ -25,6 +25,8 @@ import math
 
 import numpy as np
 
+from ..core.pipeline import byte_extent
+from ..core.plan import contiguous_strides
 from .spec import SIMULATOR
 
 #: CAI v3 stream values with a meaning of their own.
@@ -46,13 +48,11 @@ def host_view(a) -> np.ndarray | None:
     cai = interface(a)
     dt = np.dtype(cai["typestr"])
     shape = tuple(cai["shape"])
-    strides = cai.get("strides") or tuple(
-        int(np.prod(shape[k + 1:], dtype=np.int64)) * dt.itemsize for k in range(len(shape)))
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n)
-    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n)
-    nbytes = hi - lo + dt.itemsize if math.prod(shape) else dt.itemsize
-    buf = (ctypes.c_byte * nbytes).from_address(cai["data"][0] + lo)
-    return np.ndarray(shape, dt, buffer=buf, offset=-lo, strides=strides)
+    strides = cai.get("strides") or tuple(s * dt.itemsize for s in contiguous_strides(shape))
+    address = cai["data"][0]
+    lo, hi = byte_extent(address, shape, strides, dt.itemsize)
+    buf = (ctypes.c_byte * max(hi - lo, dt.itemsize)).from_address(lo or address)
+    return np.ndarray(shape, dt, buffer=buf, offset=address - (lo or address), strides=strides)
 
 
 def kind(a) -> str:
@@ -144,9 +144,8 @@ def empty_like_kind(k: str, shape: tuple[int, ...], dtype: np.dtype,
         import cupy
 
         with cupy.cuda.Device(device):
-            nbytes = max(sum((n - 1) * s for n, s in zip(shape, byte_strides) if n)
-                         + dtype.itemsize, dtype.itemsize) if math.prod(shape) else 0
-            mem = cupy.cuda.alloc(nbytes)
+            lo, hi = byte_extent(0, shape, byte_strides, dtype.itemsize)
+            mem = cupy.cuda.alloc(hi - lo)
             return cupy.ndarray(shape, dtype, mem, byte_strides)
     if k == "torch":
         import torch

@@ -23,6 +23,7 @@ Per call, on a real GPU:
 from __future__ import annotations
 
 import collections
+import contextlib
 import math
 
 import numpy as np
@@ -43,8 +44,7 @@ def _c_byte_strides(shape, itemsize: int) -> tuple[int, ...]:
     return tuple(s * itemsize for s in contiguous_strides(tuple(shape)))
 
 
-def _host(a) -> np.ndarray | None:
-    return arrays.host_view(a)
+_host = arrays.host_view
 
 
 def _stream_object(handle: int | None):
@@ -214,7 +214,7 @@ class CudaMemory:
         st = element_strides(self.strides(a), dt.itemsize)
         plan = make_plan((self.shape(a),), (st,), "none", -1)
         blocks, tpb = kernels.launch_config(n)
-        shape, small = _shape_arg(plan, blocks, tpb)
+        shape = _shape_arg(plan, blocks, tpb)
         _launch("any_zero", blocks, tpb, self,
                 (span, shape, tuple(plan.iter_strides[1]), (base + plan.iter_offsets[1],),
                  plan.size, flag))
@@ -259,13 +259,12 @@ def _flat(mem: CudaMemory, a):
     return cuda.as_cuda_array(_Span(), sync=False), -lo
 
 
-def _shape_arg(plan, blocks: int, tpb: int):
+def _shape_arg(plan, blocks: int, tpb: int) -> tuple:
     """The plan's shape as kernel arguments: unsigned 32-bit when every linear index of the
-    grid-stride loop fits (32-bit div/mod), else int64."""
-    small = plan.size + blocks * tpb < 2**31
-    if small:
-        return tuple(np.uint32(s) for s in plan.iter_shape), True
-    return tuple(int(s) for s in plan.iter_shape), False
+    grid-stride loop fits (the kernels then divide in 32 bits), else int64."""
+    if plan.size + blocks * tpb < 2**31:
+        return tuple(np.uint32(s) for s in plan.iter_shape)
+    return tuple(int(s) for s in plan.iter_shape)
 
 
 def _launch(name: str, blocks: int, tpb: int, mem: CudaMemory, args) -> None:
@@ -285,13 +284,13 @@ def _run(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> None:
         _launch("contig", blocks, tpb, mem, (spec, spans[0], tuple(spans[1:]), n))
         return
     blocks, tpb = kernels.launch_config(n)
-    shape, _ = _shape_arg(plan, blocks, tpb)
+    shape = _shape_arg(plan, blocks, tpb)
     strides = [tuple(int(s) for s in st) for st in plan.iter_strides]
     _launch("strided", blocks, tpb, mem,
             (spec, spans[0], tuple(spans[1:]), shape, strides[0], tuple(strides[1:]), starts, n))
 
 
-def memory(where: str, device, operands, out, fname: str) -> CudaMemory:
+def memory(device, operands, out, fname: str) -> CudaMemory:
     """The call's GPU, stream and result kind (SPEC section 7), checked; RuntimeError when
     the operands are on different GPUs, not on the one asked for, or there is no such GPU."""
     cuda_ops = [v for v in (*operands, out) if v is not None and _device.is_cuda_array(v)]
@@ -322,8 +321,6 @@ def memory(where: str, device, operands, out, fname: str) -> CudaMemory:
 
 def on_device(mem: CudaMemory):
     """The context the call runs in: its GPU (the simulator has only one)."""
-    import contextlib
-
     return contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
 
 
@@ -332,12 +329,9 @@ def _spec(call: PreparedCall, mem: CudaMemory) -> CudaSpec:
     if isinstance(call.impl, str):
         return CudaSpec("op:" + call.impl, call.act, ins, call.dtypes.result,
                         call.dtypes.compute)
-    from ..cpu.nary import function_key
-
-    fn = call.impl.py_func
-    key, cacheable = function_key(fn)
-    register(key, fn, False)
-    return CudaSpec(key, None, ins, call.dtypes.result, call.dtypes.compute, cacheable)
+    op = call.impl  # a jitops.elementwise op: its function's key was made once, with it
+    register(op.key, op.py_func, False)
+    return CudaSpec(op.key, None, ins, call.dtypes.result, call.dtypes.compute, op.cacheable)
 
 
 def launch(call: PreparedCall, mem: CudaMemory) -> None:

@@ -94,15 +94,13 @@ USER_OPS = (_one, _two, _three, _five)
 def user_spec(fn, dt: np.dtype) -> CudaSpec:
     """The spec of user op ``fn`` on inputs of ``dt`` (its result dtype as a call infers it)."""
     from ..core.dtypes import compute_dtype
-    from ..cpu.nary import function_key
     from ..fusion import elementwise
 
-    key, cacheable = function_key(fn)
-    register(key, fn, False)
-    n = fn.__code__.co_argcount
+    op = elementwise(fn)
+    register(op.key, fn, False)
     compute = compute_dtype(dt)
-    out = elementwise(fn).result_dtype(dt, compute, fn.__name__)
-    return CudaSpec(key, None, (dt,) * n, out, compute, cacheable)
+    out = op.result_dtype(dt, compute, fn.__name__)
+    return CudaSpec(op.key, None, (dt,) * op.nin, out, compute, op.cacheable)
 
 
 def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:

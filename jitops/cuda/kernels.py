@@ -34,13 +34,9 @@ from .spec import SIMULATOR, element, gather, load, offsets
 UNROLL = 4
 
 
-def _cache_flag() -> bool:
-    return config.cache_enabled() and not SIMULATOR
-
-
 def _jit(fn):
     kernel = cuda.jit(fn)
-    if _cache_flag():
+    if config.cache_enabled() and not SIMULATOR:
         _enable_cache(kernel)
     return kernel
 
@@ -170,11 +166,6 @@ def _enable_cache(kernel) -> None:
         kernel._cache = Cache(kernel.py_func)
     except Exception:  # no usable cache directory
         pass
-
-
-def location() -> str:
-    """Where the CUDA kernels are cached."""
-    return os.path.join(config.cache_dir(), "cuda")
 
 
 contig = _jit(contig)

@@ -135,22 +135,14 @@ def offsets(shape, ostr, istr, starts, i):
     return tuple(offs)
 
 
-def _load_word(name: str, python: bool):
-    """A bool byte -> 0 or 1 (only bools have a load function)."""
-    if python:
-        return lambda v: np.uint8(v != 0)
+def _to_byte_py(v):
+    return np.uint8(1 if v else 0)
+
+
+@functools.cache
+def _to_byte_gpu():
     u8 = types.uint8
-    return cuda.jit(device=True)(lambda v: u8(1) if v != 0 else u8(0))
-
-
-def _store_word(name: str, python: bool):
-    if name == _BOOL:
-        if python:
-            return lambda v: np.uint8(1 if v else 0)
-        u8 = types.uint8
-        return cuda.jit(device=True)(lambda v: u8(1) if v else u8(0))
-    t = numba_type(name)
-    return t if python else cuda.jit(device=True)(lambda v: t(v))
+    return cuda.jit(device=True)(lambda v: u8(1) if v else u8(0))
 
 
 @functools.cache
@@ -163,14 +155,9 @@ def _element_source(spec: CudaSpecType, python: bool):
     fn, builtin = _FUNCTIONS[spec.fn_key]
     n = len(spec.inputs)
     args = ", ".join(f"v{k}" for k in range(n))
-    ns = {"STORE": _store_word(spec.out, python)}
-    words = []
-    for k, name in enumerate(spec.inputs):
-        if name == _BOOL:
-            ns[f"L{k}"] = _load_word(name, python)
-            words.append(f"L{k}(v{k})")
-        else:
-            words.append(f"v{k}")
+    # a bool is a byte: read as 0 or 1 whatever it holds (NumPy: nonzero is True), written 0/1
+    ns = {"BYTE": _to_byte_py if python else _to_byte_gpu(), "OUT": numba_type(spec.out)}
+    words = [f"BYTE(v{k})" if name == _BOOL else f"v{k}" for k, name in enumerate(spec.inputs)]
     if fn is None:  # copy: the word as it is
         body = "v0"
     else:
@@ -188,7 +175,7 @@ def _element_source(spec: CudaSpecType, python: bool):
             body = f"T({body})"
         else:
             body = f"FN({', '.join(conv)})"
-        body = f"STORE({body})"
+        body = f"{'BYTE' if spec.out == _BOOL else 'OUT'}({body})"
     exec(f"def element({args}):\n    return {body}\n", ns)
     return ns["element"]
 

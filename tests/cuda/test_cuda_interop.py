@@ -114,10 +114,10 @@ def test_the_launch_runs_on_the_producers_stream():
     jitops.add(cuda.to_device(x), 1.0)  # a Numba array on the default stream
     assert backend.LAUNCHES[-1][2] is None
     # two producers: the launch is on the first one's stream and waits for the other's
-    mem = backend.memory("cuda:0", None, (ForeignArray(x, 0xA0), ForeignArray(x, 0xB0)),
+    mem = backend.memory(None, (ForeignArray(x, 0xA0), ForeignArray(x, 0xB0)),
                          None, "add")
     assert (mem.stream, mem.waits) == (0xA0, (0xB0,))
-    mem = backend.memory("cuda:0", None, (ForeignArray(x, 0xA0),), ForeignArray(x, 0xA0), "add")
+    mem = backend.memory(None, (ForeignArray(x, 0xA0),), ForeignArray(x, 0xA0), "add")
     assert (mem.stream, mem.waits) == (0xA0, ())
 
 
