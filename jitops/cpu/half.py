@@ -1,9 +1,16 @@
 """float16 on Numba's CPU target, which has no float16 type at all.
 
 float16 operands travel as their uint16 bit patterns; these two intrinsics convert with LLVM's
-``fpext``/``fptrunc`` (hardware F16C on x86-64), which is bit-exact IEEE round-to-nearest-even
-and vectorises. Arithmetic happens in float32, then rounds once to float16, as NumPy's own
-float16 loops do.
+``fpext``/``fptrunc`` between float16 and float32 (hardware F16C on x86-64), which is bit-exact
+IEEE round-to-nearest-even and vectorises. Arithmetic happens in float32, then rounds once to
+float16, as NumPy's own float16 loops do.
+
+float64 -> float16 has no instruction: LLVM calls ``__truncdfhf2``, a libgcc (GCC 12+) or
+compiler-rt function that a JIT finds only if some library happened to make it global
+(otherwise LLVM aborts the process: "Symbol not found"). So float64 values are first narrowed
+to float32 *rounding to odd* (truncate, then set the last bit if anything was cut), which
+keeps enough information for the single correct rounding to float16 that follows: the
+result equals a direct round-to-nearest-even conversion (24 bits >= 11 + 2).
 """
 
 from __future__ import annotations
@@ -35,7 +42,27 @@ def float_to_half(typingctx, value):
     sig = types.uint16(value)
 
     def codegen(context, builder, signature, args):
-        h = builder.fptrunc(args[0], ir.HalfType())
+        v = args[0]
+        if isinstance(value, types.Float) and value.bitwidth == 64:
+            v = _to_float_round_to_odd(builder, v)
+        h = builder.fptrunc(v, ir.HalfType())
         return builder.bitcast(h, ir.IntType(16))
 
     return sig, codegen
+
+
+def _to_float_round_to_odd(builder, d):
+    """float64 -> float32 rounded to odd: the nearest float32 toward zero, its last bit set
+    when the conversion was inexact. NaN and infinities convert as they are; a value beyond
+    float32's range becomes its largest finite (odd) value, which still rounds to inf below."""
+    f32, i32 = ir.FloatType(), ir.IntType(32)
+    f = builder.fptrunc(d, f32)  # nearest
+    back = builder.fpext(f, d.type)
+    inexact = builder.fcmp_ordered("one", back, d)
+    fabs = builder.module.declare_intrinsic("llvm.fabs", [d.type])
+    away = builder.fcmp_ordered(">", builder.call(fabs, [back]), builder.call(fabs, [d]))
+    bits = builder.bitcast(f, i32)
+    # rounded away from zero: one step back toward zero (sign-magnitude bits)
+    bits = builder.select(away, builder.sub(bits, ir.Constant(i32, 1)), bits)
+    bits = builder.select(inexact, builder.or_(bits, ir.Constant(i32, 1)), bits)
+    return builder.bitcast(bits, f32)
