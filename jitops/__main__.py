@@ -92,7 +92,9 @@ def _info() -> int:
         ("threads", f"{th['num_threads']} (from {th['num_threads_source']}; "
                     f"affinity {th['affinity']} CPUs, Numba pool {th['numba_pool']})"),
         ("parallel", th["parallel_reason"]),
-        ("tbb library", th["tbb_path"] or "not found"),
+        ("tbb library", th["tbb_path"] or ("not needed (jitops' own pool)"
+                                           if th["threading_layer"] == "jitops" else
+                                           "not found")),
         ("openmp loaded", ", ".join(th["openmp_runtimes"]) or "none"),
         ("cuda", "available" if why is None else f"not available: {why}"),
         ("kernel cache", cache.location(kernels.KERNELS["serial"]) or "off"),

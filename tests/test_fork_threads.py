@@ -125,8 +125,10 @@ LAYERS = [None, "omp", "workqueue", "tbb"]
 def _run(code: str, layer: str | None) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env.pop("NUMBA_THREADING_LAYER", None)
-    if layer:
+    env.pop("JITOPS_POOL", None)
+    if layer:  # Numba's layer: jitops' own pool turned off, as where it is not available
         env["NUMBA_THREADING_LAYER"] = layer
+        env["JITOPS_POOL"] = "0"
     return subprocess.run([sys.executable, "-c", _CHILD + textwrap.dedent(code)], env=env,
                           capture_output=True, text=True, timeout=TIMEOUT)
 
@@ -171,11 +173,34 @@ def test_import_changes_no_numba_setting():
     assert rest[0].startswith("['tbb', 'omp', 'workqueue'] default"), res.stdout
 
 
-def test_default_layer_is_numbas_own_choice_with_pips_tbb():
+def test_default_is_jitops_pool_and_numbas_layer_stays_unstarted():
+    """On Linux jitops' parallel kernels run on its own pool: Numba's layer is never started
+    (nor TBB loaded) by jitops, so it stays whatever the user's own Numba code makes it."""
+    code = """
+        import numpy as np, jitops
+        from numba.np.ufunc import parallel as nb
+        from jitops.cpu import parallel as t
+        x = np.ones(1 << 20)
+        assert np.array_equal(jitops.add(x, x), x + x)
+        i = t.info()
+        print(i['threading_layer'], i['parallel'], i['tbb_loaded'], i['pool_workers'],
+              bool(getattr(nb, "_is_initialized", False)))
+    """
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("NUMBA_") and k != "JITOPS_POOL"}
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=TIMEOUT, env=env)
+    assert res.returncode == 0, res.stderr
+    workers = len(os.sched_getaffinity(0)) - 1
+    assert res.stdout.split() == ["jitops", "True", "False", str(workers), "False"]
+
+
+def test_without_the_pool_the_layer_is_numbas_own_choice_with_pips_tbb():
     """Numba's default priority puts tbb first; jitops only makes pip's TBB loadable."""
     code = "import jitops; from jitops.cpu import parallel as t; i = t.info(); " \
            "print(i['threading_layer'], i['parallel'], i['tbb_loaded'])"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
+    env["JITOPS_POOL"] = "0"
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=TIMEOUT, env=env)
     assert res.returncode == 0, res.stderr
@@ -200,7 +225,7 @@ def test_omp_after_a_foreign_openmp_runtime_runs_serial_kernels():
         i = t.info()
         print(i["threading_layer"], i["parallel"], "|", i["parallel_reason"])
     """
-    env = dict(os.environ, NUMBA_THREADING_LAYER="omp")
+    env = dict(os.environ, NUMBA_THREADING_LAYER="omp", JITOPS_POOL="0")
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                          text=True, timeout=TIMEOUT, env=env)
     assert res.returncode == 0, res.stderr[-2000:]

@@ -33,7 +33,7 @@ THREADS = """
         return True
     with ThreadPoolExecutor(16) as p:
         assert all(p.map(work, range(32)))
-    print(numba.threading_layer())
+    print(jitops.threading_layer())
 """
 
 FORK = """
@@ -45,18 +45,29 @@ FORK = """
         ok = np.array_equal(jitops.add(x, 1.0), x + 1.0)
         os._exit(0 if ok else 3)
     _, st = os.waitpid(pid, 0)
-    print(numba.threading_layer(), os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st))
+    print(jitops.threading_layer(), os.WEXITSTATUS(st) if os.WIFEXITED(st) else -os.WTERMSIG(st))
 """
+
+
+def _layer_env(layer: str) -> dict:
+    """"jitops": the default (jitops' own pool); else Numba's layer (the pool turned off, as
+    on platforms without it)."""
+    if layer == "jitops":
+        return {}
+    return {"NUMBA_THREADING_LAYER": layer, "JITOPS_POOL": "0"}
+
+
+LAYERS = ["jitops", "workqueue", "omp", "tbb"]
 
 
 @pytest.mark.parametrize("script, expect", [(THREADS, ()), (FORK, ("0",))],
                          ids=["16-threads", "fork-child"])
-@pytest.mark.parametrize("layer", ["workqueue", "omp", "tbb"])
+@pytest.mark.parametrize("layer", LAYERS)
 def test_every_threading_layer_survives(layer, script, expect):
     """workqueue aborts on concurrent launches and omp kills a forked child unless jitops
-    serialises (workqueue) or runs serially in the child (omp). See test_fork_threads.py for
-    the scenarios with other OpenMP users."""
-    res = _run(script, NUMBA_THREADING_LAYER=layer)
+    serialises (workqueue) or runs serially in the child (omp); jitops' own pool needs
+    neither. See test_fork_threads.py for the scenarios with other OpenMP users."""
+    res = _run(script, **_layer_env(layer))
     if "No threading layer could be loaded" in res.stderr or "not available" in res.stderr:
         pytest.skip(f"layer {layer} cannot be loaded here")
     assert res.returncode == 0, res.stderr[-2000:]
@@ -87,14 +98,14 @@ STRESS = """
                  W.transpose(2, 0, 1) * Y[:, None, None])):
             assert np.array_equal(got, exp)
             done += 1
-    print("ok", done, numba.threading_layer())
+    print("ok", done, jitops.threading_layer())
 """
 
 
-@pytest.mark.parametrize("layer", ["tbb", "omp", "workqueue"])
+@pytest.mark.parametrize("layer", LAYERS)
 def test_thousands_of_parallel_calls_never_abort(layer):
     # a low threshold makes every one of these small calls a parallel launch
-    res = _run(STRESS, NUMBA_THREADING_LAYER=layer, JITOPS_PARALLEL_THRESHOLD="256")
+    res = _run(STRESS, JITOPS_PARALLEL_THRESHOLD="256", **_layer_env(layer))
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split() == ["ok", "3000", layer]
 

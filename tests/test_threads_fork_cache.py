@@ -16,10 +16,13 @@ from jitops.core import config as _config
 def test_threading_layer_is_visible_and_safe():
     jitops.add(np.ones(_config.PARALLEL_THRESHOLD), 1.0)  # make sure a parallel kernel ran
     layer = jitops.threading_layer()
-    assert layer in ("tbb", "omp", "workqueue")
-    # Numba's own default priority picks tbb first; jitops makes pip's TBB (a dependency on
-    # x86-64) loadable, so that is the layer there unless the user chose another
-    if os.uname().machine == "x86_64" and "NUMBA_THREADING_LAYER" not in os.environ:
+    assert layer in ("jitops", "tbb", "omp", "workqueue")
+    # Linux: jitops' own pool, unless turned off; then Numba's own default priority picks tbb
+    # first, and jitops makes pip's TBB (a dependency on x86-64) loadable, so that is the
+    # layer there unless the user chose another
+    if sys.platform.startswith("linux") and os.environ.get("JITOPS_POOL") != "0":
+        assert layer == "jitops"
+    elif os.uname().machine == "x86_64" and "NUMBA_THREADING_LAYER" not in os.environ:
         assert layer == "tbb"
 
 

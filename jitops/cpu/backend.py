@@ -157,8 +157,7 @@ class Launch:
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
-        kernel = kernels.KERNELS["parallel" if self.parallel else "serial"]
-        self.entry = entry_point(kernel)
+        self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
         self.metas = Metas(build_meta)
         # below the parallel threshold the tasks do not depend on the thread count
@@ -179,9 +178,9 @@ class Launch:
             n = parallel.num_threads()  # 1: threads(1), serial() or a layer that cannot run
             args = (self.task, ref(target), ref(x), ref(y), self.metas.address(n))
             if n > 1:
-                status = parallel.launch_parallel(self.entry, *args)
+                status = parallel.launch(kernels.KERNELS, entry_point, _SIG, args)
             else:
-                status = entry_point(kernels.KERNELS["serial"])(*args)
+                status = self.entry(*args)
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"
             raise RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside "
@@ -266,8 +265,7 @@ class UserLaunch:
         n = parallel.num_threads() if self.parallel else 1
         args = (self.task, ptrs.__array_interface__["data"][0], self.metas.address(n))
         if n > 1:
-            status = parallel.launch_parallel(entry_point(nary.KERNELS["parallel"], _SIG3),
-                                              *args)
+            status = parallel.launch(nary.KERNELS, entry_point, _SIG3, args)
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
         if status == kernels.TASK_FAILED:

@@ -45,7 +45,7 @@ from numba.extending import intrinsic, overload
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from . import cache, parallel
+from . import cache, parallel, pool
 from .spec import as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
@@ -151,9 +151,12 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         h = stream_head(o, oo, n)  # h == n: this row does not stream
     else:
         h = n
+    # only a staged (broadcast) input needs chunks the size of its buffer; other rows run
+    # in one piece (after the streaming head), so the vector loop is entered once per row
+    chunk = CHUNK if sx == 0 or sy == 0 else n
     j = 0
     while j < n:
-        m = min(CHUNK, n - j)
+        m = min(chunk, n - j)
         hs = 0
         if j < h:  # the head is a chunk of its own
             m = min(m, h - j)
@@ -377,42 +380,8 @@ def _resolve(oo, ox, oy, pmeta):
     return OK, po, px, py
 
 
-def task_caller(nargs: int):
-    """An intrinsic ``call(task, a1, ..., a<nargs>)``: call a compiled task of some spec
-    through its address with ``nargs`` int64 arguments; 1 if it failed, else 0.
-
-    ``task`` is the address of a task's machine code for one spec (see :func:`task_address`),
-    called with Numba's own calling convention; the spec argument is an opaque pointer nobody
-    reads, so a null one is passed. The drivers are thereby spec-free: compiled (or loaded
-    from the disk cache) once per process, not once per op and dtype; a new signature compiles
-    only its task. The callee's status is never discarded: anything but a normal return (an
-    exception raised inside the scalar code) gives 1, and the drivers report it.
-    """
-    argtys = (types.voidptr,) + (types.int64,) * nargs
-
-    def define(typingctx, task, *args):
-        sig = types.int64(task, *args)
-
-        def codegen(context, builder, signature, llargs):
-            fnty = context.call_conv.get_function_type(types.int64, argtys)
-            fn = builder.inttoptr(llargs[0], fnty.as_pointer())
-            null = context.get_constant_null(types.voidptr)
-            status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
-                                                        [null, *llargs[1:]])
-            return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
-
-        return sig, codegen
-
-    # a fixed arity: Numba's intrinsics take no *args
-    params = ", ".join(f"a{i}" for i in range(nargs))
-    ns = {"define": define}
-    exec(f"def call_task(typingctx, task, {params}):\n"
-         f"    return define(typingctx, task, {params})\n", ns)
-    return intrinsic(ns["call_task"])
-
-
 #: ``_task`` (out, x, y, meta, t) of the built-in ops.
-_call_task = task_caller(5)
+_call_task = pool.call_binary
 
 
 def _drive(task, oo, ox, oy, pmeta):
@@ -442,7 +411,20 @@ _kernel_parallel = njit(parallel=True, **_JIT)(renamed(_drive, "_kernel_parallel
 _kernel_serial = njit(parallel=False, **_JIT)(renamed(_drive, "_kernel_serial"))
 
 
-KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "task": _task}
+@njit(**_JIT)
+def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
+    """The checks of :func:`_drive`, then the tasks on jitops' own thread pool
+    (jitops.cpu.pool): this thread and ``workers`` pool workers."""
+    status, po, px, py = _resolve(oo, ox, oy, pmeta)
+    if status != OK:
+        return status
+    ntasks = as_pointer(pmeta, _I64)[M_NTASKS]
+    failed = pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta, ntasks)
+    return TASK_FAILED if failed else OK
+
+
+KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "pooled": _kernel_pooled,
+           "task": _task}
 for _k in KERNELS.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
     cache.enable(_k)
 

@@ -55,7 +55,7 @@ from numba.extending import (
 from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
-from . import cache
+from . import cache, pool
 from .half import float_to_half, half_to_float
 from .kernels import (
     MAX_DIMS,
@@ -65,7 +65,6 @@ from .kernels import (
     VARIANT_CODES,
     renamed,
     stack_words,
-    task_caller,
     task_geometry,
     task_span,
 )
@@ -410,7 +409,7 @@ _utask_local = njit(**_JIT)(renamed(_utask, "_utask_local"))
 
 
 #: ``_utask`` (operand addresses, meta, t) through its address.
-_call_utask = task_caller(3)
+_call_utask = pool.call_nary
 
 
 def _udrive(task, pptrs, pmeta):
@@ -425,9 +424,19 @@ def _udrive(task, pptrs, pmeta):
 _ukernel_parallel = njit(parallel=True, **_JIT)(renamed(_udrive, "_ukernel_parallel"))
 _ukernel_serial = njit(parallel=False, **_JIT)(renamed(_udrive, "_ukernel_serial"))
 
-KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial}
+
+@njit(**_JIT)
+def _ukernel_pooled(task, pptrs, pmeta, ctl, workers):
+    """Every task of a user op on jitops' own thread pool (jitops.cpu.pool)."""
+    ntasks = as_pointer(pmeta, _I64)[U_NTASKS]
+    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, 0, 0, ntasks)
+    return TASK_FAILED if failed else OK
+
+
+KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}
 # the helpers too: a new user op in a new process then compiles only its own task
-for _k in (_ukernel_parallel, _ukernel_serial, _utask_cached, _first_row, _next_row, _stride):
+for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached, _first_row,
+           _next_row, _stride):
     cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}

@@ -1,8 +1,17 @@
 """Running parallel kernels safely, whatever else the process holds, without touching Numba's
 settings.
 
-Numba has one threading layer per process, chosen at its first parallel launch from
-``numba.config.THREADING_LAYER(_PRIORITY)``. Measured on these machines:
+On Linux, jitops runs its parallel kernels on its own thread pool (:mod:`jitops.cpu.pool`):
+Python threads running a compiled loop without the GIL, spinning briefly and then yielding
+after a job, sleeping on a futex when idle. It needs no threading layer, so none of Numba's
+hazards below apply: it survives fork (a child starts its own workers), any number of Python
+threads (one holds the pool, the others run their call serially), and PyTorch's or anyone's
+OpenMP runtime in the process (it is not OpenMP). :func:`threading_layer` then says
+``"jitops"``, and Numba's layer is never started by jitops.
+
+Elsewhere (or with ``JITOPS_POOL=0``) jitops launches through Numba's threading layer, chosen
+by Numba at its first parallel launch from ``numba.config.THREADING_LAYER(_PRIORITY)``.
+Measured on these machines:
 
 * ``workqueue`` aborts the process when two Python threads launch a parallel kernel at once;
 * GNU ``omp`` kills (Numba's own guard) or hangs a forked child once an OpenMP runtime started
@@ -12,9 +21,9 @@ Numba has one threading layer per process, chosen at its first parallel launch f
 
 Numba's own default priority already puts ``tbb`` first; it only fails to find pip's TBB,
 whose ``libtbb.so.12`` lies under ``sys.prefix/lib`` where the dynamic loader does not look.
-So jitops loads that library with ``RTLD_GLOBAL`` at import -- and changes nothing else:
-``numba.config`` keeps the user's (or Numba's default) choice, for jitops and every other Numba
-user in the process.
+So in that case jitops loads that library with ``RTLD_GLOBAL`` at import -- and changes
+nothing else: ``numba.config`` keeps the user's (or Numba's default) choice, for jitops and
+every other Numba user in the process.
 
 Whatever layer Numba ends up with (the user's ``NUMBA_THREADING_LAYER``, another library's
 earlier launch, a platform without TBB), jitops decides once per process, from what is
@@ -31,9 +40,9 @@ actually loaded, how it may launch (:func:`parallel_allowed`, :func:`launch_para
 How many threads a kernel uses is jitops' own setting (SPEC 1.2), never Numba's process
 state: :func:`get_num_threads`, :func:`set_num_threads` (process-wide), ``with threads(n):``
 (this Python thread only, nestable) and ``JITOPS_NUM_THREADS``; the default is the CPUs this
-process may run on (its affinity), at most Numba's pool (``NUMBA_NUM_THREADS``). A parallel
-launch sets Numba's thread-local count for its own duration and restores it after, so other
-Numba users in the process see what they set. One thread means the serial kernels;
+process may run on (its affinity), at most Numba's pool (``NUMBA_NUM_THREADS``). A launch on
+Numba's layer sets Numba's thread-local count for its own duration and restores it after, so
+other Numba users in the process see what they set. One thread means the serial kernels;
 ``with serial():`` is ``threads(1)`` (Dask's chunk tasks).
 """
 
@@ -50,6 +59,11 @@ import threading
 
 import numba
 import numpy as np
+from numba import types
+
+from . import pool
+
+_I64 = types.int64
 
 _lock = threading.Lock()
 _state = {"tbb_loaded": False, "tbb_path": None, "forked_with_openmp": False}
@@ -109,8 +123,10 @@ def _numba_layer_started() -> bool:
 
 
 def configure() -> None:
-    """Called once at import: make pip's TBB loadable and watch for forks. Nothing else."""
-    _load_tbb()
+    """Called once at import: where Numba's layer will run jitops' kernels, make pip's TBB
+    loadable; watch for forks. Nothing else."""
+    if not pool.AVAILABLE:
+        _load_tbb()
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=_after_fork_in_child)
 
@@ -151,22 +167,26 @@ def _decide() -> tuple[int, bool, bool, str]:
 
 
 def threading_layer() -> str:
-    """The Numba threading layer jitops' parallel kernels run on.
+    """What jitops' parallel kernels run on.
 
-    jitops does not choose it: Numba does, from ``NUMBA_THREADING_LAYER`` or its default
-    priority (``tbb`` first; jitops makes pip's TBB loadable). Asking starts the layer.
+    ``"jitops"``: its own thread pool (Linux; see :mod:`jitops.cpu.pool`). Elsewhere, or with
+    ``JITOPS_POOL=0``, Numba's threading layer, which jitops does not choose: Numba does, from
+    ``NUMBA_THREADING_LAYER`` or its default priority (``tbb`` first; jitops makes pip's TBB
+    loadable). Asking then starts that layer.
 
     Returns
     -------
     str
-        ``"tbb"``, ``"omp"`` or ``"workqueue"``.
+        ``"jitops"``, or Numba's ``"tbb"``, ``"omp"`` or ``"workqueue"``.
 
     Examples
     --------
     >>> import jitops
-    >>> jitops.threading_layer() in ("omp", "tbb", "workqueue")
+    >>> jitops.threading_layer() in ("jitops", "omp", "tbb", "workqueue")
     True
     """
+    if pool.AVAILABLE:
+        return "jitops"
     _decide()
     return numba.threading_layer()
 
@@ -330,16 +350,39 @@ def _current() -> tuple[int, bool, bool, str]:
 
 
 def parallel_allowed() -> bool:
-    """False where this thread's count is 1 (:func:`threads`, :func:`serial`), and in a
-    process where the layer cannot run safely (see the module docstring)."""
+    """False where this thread's count is 1 (:func:`threads`, :func:`serial`), and, where
+    jitops' own pool cannot run (:data:`jitops.cpu.pool.AVAILABLE`), in a process where
+    Numba's layer cannot run safely (see the module docstring)."""
     if get_num_threads() == 1:
         return False
-    return _current()[1]
+    return pool.AVAILABLE or _current()[1]
 
 
 def num_threads() -> int:
     """Threads a parallel kernel of this call would use (1 where only serial kernels run)."""
     return get_num_threads() if parallel_allowed() else 1
+
+
+def launch(family: dict, entry_point, sig: tuple, args: tuple) -> int:
+    """Run a driver of ``family`` (a ``KERNELS`` table: ``pooled``, ``parallel``, ``serial``)
+    on :func:`get_num_threads` threads; returns its status. Call only where
+    :func:`parallel_allowed` said yes. ``entry_point(kernel, sig)`` gives a compiled driver.
+
+    On jitops' pool, a Python thread that finds the pool busy with another thread's job runs
+    its own call serially instead of waiting (threads never wait on each other, and the
+    cores are busy anyway); elsewhere Numba's layer runs it (:func:`launch_parallel`).
+    """
+    if not pool.AVAILABLE:
+        return launch_parallel(entry_point(family["parallel"], sig), *args)
+    p = pool.get()
+    if not p.lock.acquire(blocking=False):
+        return entry_point(family["serial"], sig)(*args)
+    try:
+        workers = get_num_threads() - 1
+        p.ensure(workers)
+        return entry_point(family["pooled"], sig + (_I64, _I64))(*args, p.ctl, workers)
+    finally:
+        p.lock.release()
 
 
 def launch_parallel(kernel, *args):
@@ -378,10 +421,13 @@ def cpu_model() -> str:
 
 def info() -> dict:
     """What the threading setup is, for ``python -m jitops info`` and bug reports."""
-    _, parallel, _, why = _current()
+    if pool.AVAILABLE:
+        parallel, why = True, "jitops' own thread pool"
+    else:
+        _, parallel, _, why = _current()
     return {
         "cpu": cpu_model(),
-        "threading_layer": numba.threading_layer(),
+        "threading_layer": threading_layer(),
         "num_threads": get_num_threads(),
         "num_threads_source": ("set_num_threads" if _setting and _setting[2] else
                                ENV_THREADS if os.environ.get(ENV_THREADS, "").strip() else
@@ -393,4 +439,5 @@ def info() -> dict:
         "tbb_loaded": _state["tbb_loaded"],
         "tbb_path": _state["tbb_path"],
         "openmp_runtimes": openmp_runtimes(),
+        "pool_workers": len(pool.get().threads) if pool.AVAILABLE else 0,
     }

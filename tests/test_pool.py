@@ -1,0 +1,176 @@
+"""jitops' own thread pool (jitops.cpu.pool): the workers really share the work, a busy pool
+never blocks another thread, failures on a worker reach the caller, and an idle pool sleeps.
+
+The pool's control block is read directly: the generation of the last job (``C_INFO``), the
+tasks its caller ran itself (``C_BY_CALLER``), the workers asleep (``C_SLEEPERS``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops.core import config as _config
+from jitops.cpu import kernels, parallel, pool
+
+pytestmark = pytest.mark.skipif(not pool.AVAILABLE, reason="jitops' pool runs on Linux only")
+needs_two = pytest.mark.skipif(parallel.get_num_threads() < 2,
+                               reason="one CPU: the pool has no worker")
+
+N = 16 * _config.PARALLEL_THRESHOLD
+
+
+def _generation() -> int:
+    return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+
+
+def _tasks_of_last_job() -> int:
+    return pool.word(pool.get().ctl, pool.C_INFO) & 0xFFFFFFFF
+
+
+@needs_two
+def test_workers_run_part_of_every_large_call():
+    x = np.linspace(-1, 1, N)
+    y = x[::-1].copy()
+    by_workers = 0
+    for _ in range(20):
+        g = _generation()
+        np.testing.assert_array_equal(jitops.subtract(x, y), x - y)
+        assert _generation() == g + 1  # one job per call
+        ntasks = _tasks_of_last_job()
+        assert ntasks >= 2 * jitops.get_num_threads()  # balanced: several tasks per thread
+        by_workers += ntasks - pool.word(pool.get().ctl, pool.C_BY_CALLER)
+    assert by_workers > 0  # a worker took part (it may miss a job while the CPU is busy)
+    assert len(pool.get().threads) == jitops.get_num_threads() - 1
+
+
+def test_small_calls_and_threads_one_use_no_job():
+    x = np.ones(N)
+    g = _generation()
+    jitops.add(x[:100], 1.0)  # below the parallel threshold
+    with jitops.threads(1):
+        np.testing.assert_array_equal(jitops.add(x, 1.0), x + 1.0)
+    assert _generation() == g
+
+
+@needs_two
+def test_a_busy_pool_makes_other_threads_run_serially_not_wait():
+    """While one Python thread's job holds the pool, another thread's call runs on its own
+    thread (the right answer, no job published, no waiting)."""
+    p = pool.get()
+    x = np.arange(N, dtype=np.float64)
+    g = _generation()
+    assert p.lock.acquire(timeout=10)  # as a running job would hold it
+    try:
+        res = {}
+        t = threading.Thread(target=lambda: res.setdefault("r", jitops.subtract(x, 2.0)))
+        t.start()
+        t.join(timeout=60)
+        assert not t.is_alive()
+        np.testing.assert_array_equal(res["r"], x - 2.0)
+        assert _generation() == g
+    finally:
+        p.lock.release()
+
+
+def test_a_task_that_raises_on_a_worker_is_an_error_not_a_silent_result():
+    """Numba raises on complex division by zero inside a user op; wherever the failing task
+    ran (caller or worker), the call raises and returns nothing."""
+    div = jitops.elementwise(lambda a, b: a / b)
+    a = np.full(N, 1 + 1j)
+    b = np.ones(N, complex)
+    for where in (0, N // 2, N - 1):  # in the first, a middle and the last task
+        b[:] = 1
+        b[where] = 0
+        with pytest.raises(RuntimeError, match="raised an exception inside the compiled"):
+            div(a, b)
+    b[:] = 2
+    np.testing.assert_array_equal(div(a, b), a / 2)
+
+
+@needs_two
+def test_an_idle_pool_sleeps_instead_of_spinning():
+    jitops.add(np.ones(N), 1.0)
+    p = pool.get()
+    deadline = time.monotonic() + 10
+    while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pool.word(p.ctl, pool.C_SLEEPERS) == len(p.threads) >= 1
+    # asleep means no CPU time: the workers' own clocks stand still over 0.3 s
+    ids = {t.native_id for t in p.threads}
+
+    def cpu_ticks() -> int:
+        total = 0
+        for tid in ids:
+            with open(f"/proc/self/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        return total
+
+    before = cpu_ticks()
+    time.sleep(0.3)
+    assert cpu_ticks() - before <= 1  # a clock tick is 10 ms; a spinning worker takes 30
+    # and a sleeping pool wakes for the next call
+    x = np.arange(N, dtype=np.float32)
+    np.testing.assert_array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
+
+
+def _child(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=120, env={k: v for k, v in os.environ.items()
+                                                       if k != "JITOPS_POOL"})
+
+
+def test_the_process_exits_promptly_with_workers_running_or_asleep():
+    code = """
+        import time, numpy as np, jitops
+        x = np.ones(1 << 20)
+        jitops.add(x, x)
+        {pause}
+        print("done")
+    """
+    for pause in ("", "time.sleep(0.5)"):
+        t0 = time.monotonic()
+        res = _child(code.format(pause=pause))
+        assert res.returncode == 0 and res.stdout.split() == ["done"], res.stderr[-2000:]
+        assert time.monotonic() - t0 < 60
+
+
+def test_many_threads_many_small_parallel_jobs():
+    """Claims race: eight Python threads, each thousands of parallel jobs of a few tasks
+    (a low threshold), every result checked."""
+    code = """
+        import os
+        os.environ["JITOPS_PARALLEL_THRESHOLD"] = "64"
+        import threading, numpy as np, jitops
+        errors = []
+        def work(seed):
+            rng = np.random.default_rng(seed)
+            for _ in range(1500):
+                n = int(rng.integers(64, 5000))
+                x = rng.standard_normal(n).astype(np.float32)
+                y = rng.standard_normal(n).astype(np.float32)
+                if not np.array_equal(jitops.subtract(x, y), x - y):
+                    errors.append(n)
+        ts = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+        for t in ts: t.start()
+        for t in ts: t.join()
+        print("errors", len(errors))
+    """
+    res = _child(code)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == ["errors", "0"]
+
+
+def test_pool_driver_is_one_signature_and_cached():
+    jitops.add(np.ones(N), 1.0)
+    assert len(kernels.KERNELS["pooled"].signatures) == 1
+    assert len(pool._worker.signatures) == 1
