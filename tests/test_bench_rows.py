@@ -40,3 +40,32 @@ def test_no_busy_process_outlives_an_error():
         with neighbours.BusyCore() as busy:
             raise RuntimeError("boom")
     assert busy.proc.poll() is not None
+
+
+def test_quiesce_waits_for_a_spinning_thread_and_not_for_a_sleeping_one():
+    import threading
+    import time
+
+    from jitops.bench import harness
+
+    if harness._running_threads(threading.get_native_id()) is None:
+        pytest.skip("no /proc/self/task here: quiesce is a plain sleep")
+    stop = threading.Event()
+
+    def spin_then_stop(seconds):
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            pass  # runnable (state R) the whole time: the GIL is switched, not waited on
+        stop.wait()  # then asleep on a lock
+
+    t = threading.Thread(target=spin_then_stop, args=(0.1,))
+    t.start()
+    try:
+        waited = harness.quiesce(0.0, max_s=1.0)
+        assert waited >= 0.05  # it saw the spinner and waited for it
+        assert harness.quiesce(0.0, max_s=1.0) < 0.02  # asleep now: quiet at once
+        assert harness.quiesce(0.005, max_s=1.0) >= 0.005  # never less than asked
+        assert harness.quiesce(0.0, max_s=0.0) == pytest.approx(0.0, abs=0.01)
+    finally:
+        stop.set()
+        t.join()

@@ -51,10 +51,12 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
 
     Every contender is warmed up first (compilation and first touch are not steady state).
     ``budget_s`` stops adding rounds once spent (at least 5 rounds run). Before each timed
-    batch the harness sleeps ``settle_s``: thread pools (OpenMP under PyTorch, TBB under
-    Numba) spin for a while after a parallel region, and on a 2-core machine a pool still
-    spinning from the previous contender would steal the next one's cores. Measured here, that
-    made whichever contender ran after a parallel one up to 1.5x slower.
+    batch the harness waits for the process to fall quiet (:func:`quiesce`, at least
+    ``settle_s``): thread pools keep their threads running for a while after a parallel
+    region -- PyTorch's OpenMP workers spin about 9 ms, jitops' own about 2.5 ms -- and on a
+    2-core machine a pool still spinning from the previous contender steals the next one's
+    cores. Measured here, a fixed 2 ms pause left PyTorch's workers spinning through the next
+    batch and made jitops' 1e6 subtract 1.6x slower right after PyTorch than alone.
     """
     names = list(contenders)
     batch = {n: calibrate(contenders[n], min_batch_s) for n in names}
@@ -68,7 +70,7 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
             for n in order:
                 fn, k = contenders[n], batch[n]
                 if settle_s:
-                    time.sleep(settle_s)
+                    quiesce(settle_s)
                 for _ in range(lead_in):
                     fn()
                 t0 = time.perf_counter()
@@ -81,6 +83,54 @@ def alternate(contenders: dict[str, Callable[[], object]], rounds: int,
         if gc_was:
             gc.enable()
     return samples
+
+
+def _running_threads(me: int) -> int | None:
+    """How many threads of this process other than ``me`` are running or runnable (state R in
+    ``/proc/self/task/*/stat``), or None where that cannot be read."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    n = 0
+    for tid in tids:
+        if int(tid) == me:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:  # the thread just ended
+            continue
+        if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R":
+            n += 1
+    return n
+
+
+def quiesce(min_s: float, max_s: float = 0.05, polls: int = 3) -> float:
+    """Wait until no other thread of this process is running (``polls`` looks in a row, about
+    0.2 ms apart), at least ``min_s`` and at most ``max_s`` seconds; returns the time waited.
+
+    A spinning pool thread shows as running (R), one asleep on a futex or condition variable
+    does not. Where ``/proc`` is not readable this is a plain ``min_s`` sleep. The calling
+    thread polls instead of sleeping the whole time: a VM's idle vCPU is slow to come back.
+    """
+    import threading
+
+    me = threading.get_native_id()
+    t0 = time.perf_counter()
+    quiet = 0
+    while True:
+        waited = time.perf_counter() - t0
+        if waited >= max_s:
+            return waited
+        running = _running_threads(me)
+        if running is None:
+            time.sleep(max(0.0, min_s - waited))
+            return time.perf_counter() - t0
+        quiet = quiet + 1 if running == 0 else 0
+        if quiet >= polls and waited >= min_s:
+            return waited
+        time.sleep(0.0002)
 
 
 def median(xs: list[float]) -> float:

@@ -62,8 +62,9 @@ def contention(scale: float) -> dict:
 
 def _alone_and_beside(ops: dict[str, Callable[[], object]], rounds: int, budget_s: float,
                       settle_s: float = 0.002) -> dict[str, dict[str, list[float]]]:
-    """Per-call seconds of each op alone (after a pause) and beside the other (each call right
-    after the other op's call, as a user's model code interleaves them)."""
+    """Per-call seconds of each op alone (once the process is quiet: no pool still spinning
+    from the other op) and beside the other (each call right after the other op's call, as a
+    user's model code interleaves them)."""
     (a, fa), (b, fb) = ops.items()
     k = max(harness.calibrate(fa, 0.002), harness.calibrate(fb, 0.002))
     out = {n: {"alone": [], "beside": []} for n in ops}
@@ -73,12 +74,12 @@ def _alone_and_beside(ops: dict[str, Callable[[], object]], rounds: int, budget_
     try:
         for r in range(rounds):
             for n, f in ((a, fa), (b, fb)):
-                time.sleep(settle_s)
+                harness.quiesce(settle_s)
                 t0 = time.perf_counter()
                 for _ in range(k):
                     f()
                 out[n]["alone"].append((time.perf_counter() - t0) / k)
-            time.sleep(settle_s)
+            harness.quiesce(settle_s)
             ta = tb = 0.0
             for _ in range(k):
                 t0 = time.perf_counter()
