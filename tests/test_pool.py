@@ -174,3 +174,34 @@ def test_pool_driver_is_one_signature_and_cached():
     jitops.add(np.ones(N), 1.0)
     assert len(kernels.KERNELS["pooled"].signatures) == 1
     assert len(pool._worker.signatures) == 1
+
+
+@needs_two
+def test_a_forked_child_knows_its_own_pid_and_pool():
+    """``pool.current_pid`` (the pid without a system call) follows a fork: the child gets a
+    pool and workers of its own, and its large calls are right and shared with them."""
+    code = """
+        import os, numpy as np, jitops
+        from jitops.cpu import pool
+        x = np.arange(1 << 20, dtype=np.float64)
+        assert np.array_equal(jitops.add(x, x), x + x)
+        parent = pool.get()
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            right, shared = [], []
+            for _ in range(20):  # a worker just started may miss the first job
+                right.append(np.array_equal(jitops.add(x, x), x + x))
+                ctl = pool.get().ctl
+                shared.append(pool.word(ctl, pool.C_BY_CALLER)
+                              < pool.word(ctl, pool.C_INFO) & 0xFFFFFFFF)
+            ok = (pool.current_pid() == os.getpid() != parent.pid
+                  and pool.get() is not parent and all(right) and any(shared)
+                  and len(pool.get().threads) == jitops.get_num_threads() - 1)
+            os.write(w, b"ok" if ok else b"no")
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print(os.read(r, 2).decode(), pool.current_pid() == os.getpid())
+    """
+    res = _child(code)
+    assert res.returncode == 0 and res.stdout.split() == ["ok", "True"], res.stderr[-2000:]

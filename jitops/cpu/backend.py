@@ -178,7 +178,7 @@ class Launch:
             n = parallel.num_threads()  # 1: threads(1), serial() or a layer that cannot run
             args = (self.task, ref(target), ref(x), ref(y), self.metas.address(n))
             if n > 1:
-                status = parallel.launch(kernels.KERNELS, entry_point, _SIG, args)
+                status = parallel.launch(kernels.KERNELS, entry_point, _SIG, args, n)
             else:
                 status = self.entry(*args)
         if status == kernels.TASK_FAILED:
@@ -265,7 +265,7 @@ class UserLaunch:
         n = parallel.num_threads() if self.parallel else 1
         args = (self.task, ptrs.__array_interface__["data"][0], self.metas.address(n))
         if n > 1:
-            status = parallel.launch(nary.KERNELS, entry_point, _SIG3, args)
+            status = parallel.launch(nary.KERNELS, entry_point, _SIG3, args, n)
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
         if status == kernels.TASK_FAILED:

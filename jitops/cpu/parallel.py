@@ -147,7 +147,7 @@ def _decide() -> tuple[int, bool, bool, str]:
     global _decision
     with _lock:
         d = _decision
-        if d is not None and d[0] == os.getpid():
+        if d is not None and d[0] == pool.current_pid():
             return d
         started_before = _numba_layer_started()
         foreign = [] if started_before else openmp_runtimes()
@@ -162,7 +162,7 @@ def _decide() -> tuple[int, bool, bool, str]:
                                         f"({os.path.basename(foreign[0])}): serial")
             elif started_before:
                 parallel, why = False, "omp: Numba's layer was started outside jitops: serial"
-        _decision = d = (os.getpid(), parallel, layer == "workqueue", why)
+        _decision = d = (pool.current_pid(), parallel, layer == "workqueue", why)
         return d
 
 
@@ -191,7 +191,14 @@ def threading_layer() -> str:
     return numba.threading_layer()
 
 
-_local = threading.local()
+class _ThreadCount(threading.local):
+    #: This Python thread's ``threads(n)`` count; None outside such a block. A class default,
+    #: so reading it never raises inside (``getattr(local, name, None)`` on a missing name
+    #: costs ~0.5 us: an AttributeError made and dropped).
+    threads: int | None = None
+
+
+_local = _ThreadCount()
 
 
 def pool_size() -> int:
@@ -236,9 +243,9 @@ def default_threads() -> int:
 def _process_threads() -> int:
     global _setting
     s = _setting
-    if s is None or s[0] != os.getpid():
+    if s is None or s[0] != pool.current_pid():
         keep = s is not None and s[2]
-        s = _setting = (os.getpid(), s[1] if keep else default_threads(), keep)
+        s = _setting = (pool.current_pid(), s[1] if keep else default_threads(), keep)
     return s[1]
 
 
@@ -267,7 +274,7 @@ def get_num_threads() -> int:
     ...     jitops.get_num_threads()
     1
     """
-    n = getattr(_local, "threads", None)
+    n = _local.threads
     return n if n is not None else _process_threads()
 
 
@@ -304,7 +311,7 @@ def set_num_threads(n: int) -> None:
     >>> jitops.set_num_threads(before)
     """
     global _setting
-    _setting = (os.getpid(), _checked(n, "jitops.set_num_threads"), True)
+    _setting = (pool.current_pid(), _checked(n, "jitops.set_num_threads"), True)
 
 
 @contextlib.contextmanager
@@ -323,7 +330,7 @@ def threads(n: int):
     0.0
     """
     n = _checked(n, "jitops.threads")
-    before = getattr(_local, "threads", None)
+    before = _local.threads
     _local.threads = n
     try:
         yield
@@ -346,7 +353,7 @@ def serial():
 def _current() -> tuple[int, bool, bool, str]:
     """This process's decision (made on first need, and again in a forked child)."""
     d = _decision
-    return d if d is not None and d[0] == os.getpid() else _decide()
+    return d if d is not None and d[0] == pool.current_pid() else _decide()
 
 
 def parallel_allowed() -> bool:
@@ -360,13 +367,18 @@ def parallel_allowed() -> bool:
 
 def num_threads() -> int:
     """Threads a parallel kernel of this call would use (1 where only serial kernels run)."""
-    return get_num_threads() if parallel_allowed() else 1
+    n = get_num_threads()
+    if n == 1:
+        return 1
+    return n if pool.AVAILABLE or _current()[1] else 1
 
 
-def launch(family: dict, entry_point, sig: tuple, args: tuple) -> int:
+def launch(family: dict, entry_point, sig: tuple, args: tuple, threads: int | None = None
+           ) -> int:
     """Run a driver of ``family`` (a ``KERNELS`` table: ``pooled``, ``parallel``, ``serial``)
-    on :func:`get_num_threads` threads; returns its status. Call only where
-    :func:`parallel_allowed` said yes. ``entry_point(kernel, sig)`` gives a compiled driver.
+    on ``threads`` threads (default :func:`get_num_threads`, what :func:`num_threads` gave
+    the caller); returns its status. Call only where :func:`parallel_allowed` said yes.
+    ``entry_point(kernel, sig)`` gives a compiled driver.
 
     On jitops' pool, a Python thread that finds the pool busy with another thread's job runs
     its own call serially instead of waiting (threads never wait on each other, and the
@@ -378,7 +390,7 @@ def launch(family: dict, entry_point, sig: tuple, args: tuple) -> int:
     if not p.lock.acquire(blocking=False):
         return entry_point(family["serial"], sig)(*args)
     try:
-        workers = get_num_threads() - 1
+        workers = (threads or get_num_threads()) - 1
         p.ensure(workers)
         return entry_point(family["pooled"], sig + (_I64, _I64))(*args, p.ctl, workers)
     finally:

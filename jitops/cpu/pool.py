@@ -346,7 +346,7 @@ class Pool:
         words[C_FUTEX_NR] = _FUTEX_NR or 0
         words[C_YIELD_NR] = _YIELD_NR or 0
         words[C_SPIN], words[C_YIELDS] = SPIN, YIELDS
-        self.pid = os.getpid()
+        self.pid = current_pid()
         self.lock = threading.Lock()  # held by the one Python thread whose job is running
         self.threads: list[threading.Thread] = []
 
@@ -362,7 +362,7 @@ class Pool:
 
     def stop(self) -> None:
         """Let the workers return (at interpreter exit), and wait briefly for them."""
-        if not self.threads or self.pid != os.getpid():
+        if not self.threads or self.pid != current_pid():
             return
         words = np.ctypeslib.as_array((ctypes.c_int64 * C_WORDS).from_address(self.ctl))
         with self.lock:
@@ -387,16 +387,27 @@ def get() -> Pool:
     """This process's pool (a forked child makes its own: no thread crosses a fork)."""
     global _pool
     p = _pool
-    if p is None or p.pid != os.getpid():
+    if p is None or p.pid != current_pid():
         with _pool_guard:
             p = _pool
-            if p is None or p.pid != os.getpid():
+            if p is None or p.pid != current_pid():
                 p = _pool = Pool()
     return p
 
 
+_pid = os.getpid()
+
+
+def current_pid() -> int:
+    """This process's id, without a system call: ``os.getpid()`` costs ~0.2 us on these VMs
+    and a parallel call asked for it several times. Kept current in a forked child by the
+    at-fork hook below (``os.fork``, so every fork Python code makes, runs it)."""
+    return _pid
+
+
 def _after_fork_in_child() -> None:
-    global _pool, _pool_guard
+    global _pool, _pool_guard, _pid
+    _pid = os.getpid()
     _pool, _pool_guard = None, threading.Lock()  # the parent's workers are not here
 
 
