@@ -52,6 +52,35 @@ def test_workers_run_part_of_every_large_call():
     assert len(pool.get().threads) == jitops.get_num_threads() - 1
 
 
+@needs_two
+@pytest.mark.parametrize("transposed", [False, True])
+def test_tasks_are_claimed_in_shrinking_runs(transposed):
+    """Guided scheduling: a job of hundreds of tasks (a tiled transpose: neighbouring tiles
+    share cache lines) is taken in a few dozen claims, each run of consecutive tasks at
+    most the unclaimed tasks over twice the threads, never fewer than one task."""
+    from jitops.core.plan import TILED, make_plan
+
+    a = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+    b = a * 0.5
+    x = a.T if transposed else a
+    plan = make_plan((x.shape, b.shape), ((x.strides[0] // 4, x.strides[1] // 4),
+                                          (b.strides[0] // 4, b.strides[1] // 4)), "numpy")
+    assert (plan.variant == TILED) == transposed
+    out = jitops.subtract(x, b)
+    np.testing.assert_array_equal(out, x - b)
+    ctl = pool.get().ctl
+    ntasks, claims = _tasks_of_last_job(), pool.word(ctl, pool.C_CLAIMS)
+    threads = jitops.get_num_threads()
+    # the fewest claims: each takes left // (2 threads); the most: that, plus one per task
+    # of the tail where runs are single tasks
+    assert ntasks >= 4 * threads
+    assert 1 <= claims <= ntasks
+    if ntasks >= 256:
+        assert claims < ntasks // 4
+    # a tail of single tasks stays: runs shrink to one task as the job ends
+    assert claims >= min(ntasks, 2 * threads)
+
+
 def test_small_calls_and_threads_one_use_no_job():
     x = np.ones(N)
     g = _generation()

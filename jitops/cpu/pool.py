@@ -55,7 +55,8 @@ C_KIND, C_TASK, C_A, C_B, C_C, C_D, C_WORKERS = 56, 57, 58, 59, 60, 61, 62  # th
 C_SYSCALL, C_FUTEX_NR, C_YIELD_NR = 64, 65, 66  # libc syscall's address, the syscall numbers
 C_SPIN, C_YIELDS = 67, 68  # how long a worker waits for the next job before it sleeps
 C_BY_CALLER = 69  # tasks of the last job run by the launching thread (the rest: by workers)
-C_WORDS = 72
+C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of its own
+C_WORDS = 80
 
 #: Job kinds: what arguments the task function takes.
 KIND_BINARY = 0  # _task(spec, po, px, py, pmeta, t) of the built-in ops
@@ -212,8 +213,15 @@ _LOW = (1 << 32) - 1
 
 @njit(**_JIT)
 def _claim_and_run(ctl):
-    """Claim tasks of the current job one by one and run them, until none is left; returns
-    how many this thread ran."""
+    """Claim runs of consecutive tasks of the current job and run them, until none is left;
+    returns how many tasks this thread ran.
+
+    Guided scheduling (OpenMP's ``guided``): a claim takes the unclaimed tasks divided by
+    twice the job's threads, at least one. Big runs first keep neighbouring tasks on one
+    thread -- a tiled transpose's tiles walk down a column so that the next tile reads the
+    rest of the cache lines the last one staged, which another core would fetch again --
+    and few claims; the runs shrink to single tasks at the end, so a thread slowed by
+    another process's load still leaves the others little to wait for."""
     ran = 0
     while True:
         ticket = load(ctl, C_TICKET)
@@ -221,22 +229,31 @@ def _claim_and_run(ctl):
         if (ticket >> 32) != (info >> 32):
             return ran  # between jobs: the ticket is not this job's yet (or any more)
         t = ticket & _LOW
-        if t >= (info & _LOW):
+        left = (info & _LOW) - t
+        if left <= 0:
             return ran  # every task of the job is claimed
-        if not compare_swap(ctl, C_TICKET, ticket, ticket + 1):
-            continue  # another thread claimed it first
-        # Task t of this job is ours: the job cannot finish (nor its arguments change)
-        # before we count it done, so what we read now is this job's.
+        # (a count read from the next job only sizes a claim the CAS below then refuses)
+        g = left // (2 * (load(ctl, C_WORKERS) + 1))
+        if g < 1:
+            g = 1
+        if not compare_swap(ctl, C_TICKET, ticket, ticket + g):
+            continue  # another thread claimed first
+        fetch_add(ctl, C_CLAIMS, 1)
+        # Tasks t .. t+g-1 of this job are ours: the job cannot finish (nor its arguments
+        # change) before we count them done, so what we read now is this job's.
         task = load(ctl, C_TASK)
-        if load(ctl, C_KIND) == KIND_BINARY:
-            failed = call_binary(task, load(ctl, C_A), load(ctl, C_B), load(ctl, C_C),
-                                 load(ctl, C_D), t)
-        else:
-            failed = call_nary(task, load(ctl, C_A), load(ctl, C_B), t)
+        binary = load(ctl, C_KIND) == KIND_BINARY
+        a, b, c, d = load(ctl, C_A), load(ctl, C_B), load(ctl, C_C), load(ctl, C_D)
+        failed = 0
+        for k in range(t, t + g):
+            if binary:
+                failed += call_binary(task, a, b, c, d, k)
+            else:
+                failed += call_nary(task, a, b, k)
         if failed:
-            fetch_add(ctl, C_FAILED, 1)
-        fetch_add(ctl, C_DONE, 1)
-        ran += 1
+            fetch_add(ctl, C_FAILED, failed)
+        fetch_add(ctl, C_DONE, g)
+        ran += g
 
 
 @njit(**_JIT)
@@ -252,6 +269,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
     store(ctl, C_WORKERS, workers)
     store(ctl, C_DONE, 0)
     store(ctl, C_FAILED, 0)
+    store(ctl, C_CLAIMS, 0)
     gen = ((load(ctl, C_INFO) >> 32) + 1) & _LOW
     store(ctl, C_INFO, (gen << 32) | ntasks)
     store(ctl, C_TICKET, gen << 32)  # tasks can be claimed from here on
