@@ -12,10 +12,12 @@ PyTorch's own OpenMP runtime for the cores. This pool keeps what each does well:
   nothing and a burst of calls never waits for a wake-up;
 * a launch (:func:`run_job`, compiled into the drivers) publishes one job -- a task function
   address, its arguments and the task count -- bumps the job word, wakes sleepers only if
-  there are any, and runs tasks itself. Tasks are claimed one at a time with a
+  there are any, and runs tasks itself. Tasks are claimed in runs of consecutive tasks
+  that shrink as the job ends (guided scheduling, :func:`_claim_and_run`) with a
   compare-and-swap on a ticket word holding the job's generation and the next task index,
-  so a thread slowed by another process's load just claims fewer tasks (dynamic scheduling);
-  a task claimed is always for the job its arguments were read from (the generation check);
+  so a thread slowed by another process's load just claims fewer tasks, and neighbouring
+  tasks (tiles sharing cache lines) mostly stay on one core; a task claimed is always for
+  the job its arguments were read from (the generation check);
 * a forked child starts a fresh pool on its first parallel call (no thread, lock or futex
   state crosses a fork); Python threads launching at once never wait for each other: one
   holds the pool, the others run their call serially on their own thread.
