@@ -360,9 +360,7 @@ def parallel_allowed() -> bool:
     """False where this thread's count is 1 (:func:`threads`, :func:`serial`), and, where
     jitops' own pool cannot run (:data:`jitops.cpu.pool.AVAILABLE`), in a process where
     Numba's layer cannot run safely (see the module docstring)."""
-    if get_num_threads() == 1:
-        return False
-    return pool.AVAILABLE or _current()[1]
+    return num_threads() > 1
 
 
 def num_threads() -> int:

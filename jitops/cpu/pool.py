@@ -320,7 +320,6 @@ def _worker(ctl, index):
             _claim_and_run(ctl)
 
 
-
 cache.enable(_worker)  # compiled once per machine: a new process starts its workers at once
 
 
@@ -389,14 +388,9 @@ class Pool:
             words[C_STOP] = 1
             words[C_WORKERS] = 0
             words[C_SEQ] = (int(words[C_SEQ]) + 1) & 0x7FFFFFFF
-            _wake(self.ctl)
+            _futex_wake(self.ctl)
         for t in self.threads:
             t.join(timeout=1.0)
-
-
-@njit(**_JIT)
-def _wake(ctl):
-    _futex_wake(ctl)
 
 
 _pool: Pool | None = None
