@@ -101,6 +101,7 @@ class ElementwiseOp:
             check_dtype(dtype, "dtype", self.__name__)
         self.dtype = dtype
         self._results: dict = {}
+        self._returned: dict[np.dtype, np.dtype] = {}
         self._variants: dict = {}
 
     def __repr__(self) -> str:
@@ -133,11 +134,24 @@ class ElementwiseOp:
 
         Compiles the function for them (Numba's typing is the oracle on every target), so a
         function that cannot run on these dtypes raises TypeError here, before anything is
-        written.
+        written -- unless an earlier process recorded what it returns in the disk cache,
+        with the compiled kernel (jitops.cpu.nary.cached_return).
         """
         key = (common, compute)
         r = self._results.get(key)
         if r is None:
+            returned = self._returns(compute, fname)  # also with dtype=: it must compile
+            r = self.dtype if self.dtype is not None else user_result(common, returned)
+            self._results[key] = r
+        return r
+
+    def _returns(self, compute: np.dtype, fname: str) -> np.dtype:
+        returned = self._returned.get(compute)
+        if returned is not None:
+            return returned
+        if self.cacheable:
+            returned = nary.cached_return(self.key, compute)
+        if returned is None:
             try:
                 ret = nary.return_type(self.py_func, compute, self.nin)
             except Exception as e:
@@ -154,9 +168,13 @@ class ElementwiseOp:
                 raise TypeError(f"jitops.{fname}: the function {self.__qualname__} must return "
                                 f"one number, but returns {ret} for inputs of dtype "
                                 f"{compute}") from None
-            r = self.dtype if self.dtype is not None else user_result(common, returned)
-            self._results[key] = r
-        return r
+        self._returned[compute] = returned
+        return returned
+
+    def returned(self, compute: np.dtype) -> np.dtype:
+        """The dtype the function returns for ``compute`` inputs (known once
+        :meth:`result_dtype` has run for them)."""
+        return self._returned[compute]
 
     def __reduce__(self):
         if self.cacheable:  # a module-level function: by reference, like any function

@@ -27,6 +27,7 @@ from numba.core.caching import (
     IndexDataCacheFile,
     _CacheLocator,
 )
+from numba.core.runtime import rtsys
 from numba.core.serialize import dumps
 
 from ..core import config as _config
@@ -175,9 +176,21 @@ class _JitopsCache(FunctionCache):
                                              filename_base=self._impl.filename_base,
                                              source_stamp=self._impl.locator.get_source_stamp())
 
+    #: Load without refreshing Numba's typing and lowering registries (see :func:`enable`).
+    light = False
+
     def load_overload(self, sig, target_context):
         try:
-            cres = super().load_overload(sig, target_context)
+            if self.light:
+                # Numba refreshes the target context before every cache load: it imports and
+                # installs every typing and lowering registry (0.1 s, most of a cached first
+                # call), which only compiling needs -- and a compile refreshes anyway. Loading
+                # machine code needs only the symbols it calls, registered here (see enable).
+                _light_symbols(target_context)
+                with self._guard_against_spurious_io_errors():
+                    cres = self._load_overload(sig, target_context)
+            else:
+                cres = super().load_overload(sig, target_context)
         except Exception:  # anything a damaged entry can raise while being rebuilt
             return None
         if cres is not None and tuple(cres.signature.args) != tuple(sig):
@@ -191,18 +204,51 @@ class _JitopsCache(FunctionCache):
             pass
 
 
+def indexed_signatures(dispatcher) -> list[tuple]:
+    """The signatures a dispatcher's on-disk index holds (verified, for this Numba and these
+    jitops sources; empty when caching is off or nothing was saved)."""
+    cache = getattr(dispatcher, "_cache", None)
+    index = getattr(cache, "_cache_file", None)
+    if index is None:
+        return []
+    try:
+        return [key[0] for key in index._load_index()]
+    except Exception:  # unreadable: as good as empty
+        return []
+
+
 def location(dispatcher) -> str | None:
     """The directory a dispatcher's cache files go to (None when caching is off)."""
     cache = getattr(dispatcher, "_cache", None)
     return getattr(cache, "_cache_path", None)
 
 
-def enable(dispatcher) -> bool:
-    """Attach the jitops cache to a module-level dispatcher. Returns whether it is on."""
+def _light_symbols(target_context) -> None:
+    """Register every symbol compiled code can call, short of a full registry refresh.
+
+    Numba's symbols come from four places: its C helpers, the C math functions and the
+    Python objects (registered at import and when the target context is made), the runtime
+    (``rtsys.initialize``), the parallel backend (a cached parallel kernel's reload hook), and
+    one registry module: ``numba.cpython.hashing`` injects CPython's hash secret on import.
+    Third-party extensions load their own (entry points, run when a dispatcher is made). LLVM
+    aborts the process on a missing symbol, so a test loads every kind of kernel this way
+    (tests/test_cache_light_load.py).
+    """
+    rtsys.initialize(target_context)
+    import numba.cpython.hashing  # noqa: F401  (the hash-secret symbols)
+
+
+def enable(dispatcher, light: bool = False) -> bool:
+    """Attach the jitops cache to a module-level dispatcher. Returns whether it is on.
+
+    ``light``: load entries without refreshing Numba's registries (:func:`_light_symbols`
+    registers what the loaded code calls).
+    """
     if not _config.cache_enabled():
         return False
     try:
         dispatcher._cache = _JitopsCache(dispatcher.py_func)
     except RuntimeError:  # no writable location
         return False
+    dispatcher._cache.light = light
     return True

@@ -90,18 +90,23 @@ U_HDR = 12
 
 
 class UserSpecType(types.Dummy):
-    """Numba type of a :class:`UserSpec`; all information is in its (stable) name."""
+    """Numba type of a :class:`UserSpec`; all information is in its (stable) name.
 
-    def __init__(self, key: str, inputs: tuple[str, ...], out: str, compute: str,
+    ``ret`` is the dtype the user's function returns for ``compute`` inputs: recorded in the
+    cache index with the compiled task, a new process reads it back (:func:`cached_return`)
+    instead of compiling the function to learn it."""
+
+    def __init__(self, key: str, inputs: tuple[str, ...], out: str, compute: str, ret: str,
                  stream: bool = False):
         self.fn_key, self.inputs, self.out, self.compute = key, inputs, out, compute
-        self.stream = stream
+        self.ret, self.stream = ret, stream
         tail = ";stream" if stream else ""
         super().__init__(
-            name=f"jitops.UserSpec({key};{','.join(inputs)};{out};{compute}{tail})")
+            name=f"jitops.UserSpec({key};{','.join(inputs)};{out};{compute};{ret}{tail})")
 
     def __reduce__(self):  # the cache index pickles signatures
-        return (UserSpecType, (self.fn_key, self.inputs, self.out, self.compute, self.stream))
+        return (UserSpecType, (self.fn_key, self.inputs, self.out, self.compute, self.ret,
+                               self.stream))
 
 
 register_model(UserSpecType)(models.OpaqueModel)
@@ -150,19 +155,19 @@ class UserSpec:
     """What one N-input kernel instance computes. Interned: one object per specialisation;
     ``stream`` as in :class:`~jitops.cpu.spec.KernelSpec` (its own, compiled when used)."""
 
-    __slots__ = ("key", "inputs", "out", "compute", "stream", "cacheable", "numba_type")
+    __slots__ = ("key", "inputs", "out", "compute", "ret", "stream", "cacheable", "numba_type")
     _interned: dict[tuple, UserSpec] = {}
 
     def __new__(cls, key: str, inputs: tuple[np.dtype, ...], out: np.dtype, compute: np.dtype,
-                cacheable: bool, stream: bool = False) -> UserSpec:
-        k = (key, inputs, out, compute, bool(stream))
+                ret: np.dtype, cacheable: bool, stream: bool = False) -> UserSpec:
+        k = (key, inputs, out, compute, ret, bool(stream))
         self = cls._interned.get(k)
         if self is None:
             self = super().__new__(cls)
-            self.key, self.inputs, self.out, self.compute, self.stream = k
+            self.key, self.inputs, self.out, self.compute, self.ret, self.stream = k
             self.cacheable = cacheable
             self.numba_type = UserSpecType(key, tuple(d.name for d in inputs), out.name,
-                                           compute.name, self.stream)
+                                           compute.name, ret.name, self.stream)
             cls._interned[k] = self
         return self
 
@@ -214,6 +219,29 @@ def return_type(fn, compute: np.dtype, n: int):
     sig = (from_dtype(compute),) * n
     d.compile(sig)
     return d.overloads[sig].signature.return_type
+
+
+_RETURNS: dict[tuple[str, str], str] | None = None
+
+
+def cached_return(key: str, compute: np.dtype) -> np.dtype | None:
+    """The dtype function ``key`` returns for ``compute`` inputs, as recorded with a task in
+    the disk cache by an earlier process, or None.
+
+    Learning it otherwise means compiling the function (and, in a new process, loading all of
+    Numba's registries first): most of the first call of a cached user op. The key names the
+    function's source file by its hash and the index is dropped with any change of Numba or
+    jitops, so a recorded dtype is the one Numba's typing gives now.
+    """
+    global _RETURNS
+    if _RETURNS is None:
+        _RETURNS = {}
+        for sig in cache.indexed_signatures(_utask_cached):
+            spec = sig[0] if sig else None
+            if isinstance(spec, UserSpecType):
+                _RETURNS[spec.fn_key, spec.compute] = spec.ret
+    ret = _RETURNS.get((key, compute.name))
+    return None if ret is None else np.dtype(ret)
 
 
 def user_task(spec, pptrs, pmeta, t):
@@ -437,7 +465,7 @@ KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _
 # the helpers too: a new user op in a new process then compiles only its own task
 for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached, _first_row,
            _next_row, _stride):
-    cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
+    cache.enable(_k, light=True)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}
 

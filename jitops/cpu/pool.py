@@ -320,7 +320,8 @@ def _worker(ctl, index):
             _claim_and_run(ctl)
 
 
-cache.enable(_worker)  # compiled once per machine: a new process starts its workers at once
+# compiled once per machine: a new process starts its workers at once
+cache.enable(_worker, light=True)
 
 
 # -- the Python side ----------------------------------------------------------------------------
