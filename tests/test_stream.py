@@ -79,13 +79,12 @@ def test_chosen_for_outputs_beyond_the_cache_with_an_input_read_in_full(monkeypa
 def test_the_machine_code_has_vector_non_temporal_stores(dtype, insn):
     """The loop vectoriser turned the scalar non-temporal stores into vector ones (compiled
     afresh, uncached: a kernel loaded from the disk cache carries no assembly text)."""
-    from numba import njit
-
+    from jitops.cpu.jit import inner
     from jitops.cpu.spec import KernelSpec
 
     dt = np.dtype(dtype)
     spec = KernelSpec("add", None, dt, dt, dt, dt, stream=True)
-    task = njit(**kernels._JIT)(kernels._task.py_func)
+    task = inner(kernels._task.py_func)
     sig = (spec.numba_type,) + (kernels._I64,) * 5
     task.compile(sig)
     asm = task.inspect_asm(sig)

@@ -46,6 +46,7 @@ from numba.extending import intrinsic, overload
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, parallel, pool
+from .jit import ENTRY, INNER, inner
 from .spec import as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
@@ -54,8 +55,6 @@ from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
 V_CONTIG, V_SCALAR_X, V_SCALAR_Y, V_STRIDED, V_TILED = 0, 1, 2, 3, 4
 VARIANT_CODES = {CONTIG: V_CONTIG, SCALAR_X: V_SCALAR_X, SCALAR_Y: V_SCALAR_Y,
                  STRIDED: V_STRIDED, TILED: V_TILED}
-#: Operand positions in the meta array's stride blocks and in the per-operand header fields.
-OUT, X, Y = 0, 1, 2
 
 #: Kernel return codes. MISALIGNED and OVERLAP: a check failed and nothing was written.
 #: TASK_FAILED: some task's compiled code returned an error status (an exception inside the
@@ -67,7 +66,7 @@ OK, MISALIGNED, OVERLAP, TASK_FAILED = 0, 1, 2, 3
 MAX_DIMS = 64
 
 # meta layout (int64): a fixed header, then the shape and the out, x, y strides (nd words each),
-# read only through _dim and _stride below
+# read only through _dim and _strides below
 M_ND, M_VARIANT, M_BLOCK, M_NTASKS, M_ROWS_PER_TASK, M_NBLK, M_ROWS = 0, 1, 2, 3, 4, 5, 6
 M_OFF_O, M_OFF_X, M_OFF_Y = 7, 8, 9
 M_DATA_OFF = 10  # offset of the data pointer in an ndarray object, or -1: addresses given
@@ -80,20 +79,23 @@ M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
 TILE_MAX = 4096
 HDR = 27
 
-_JIT = {"nogil": True, "error_model": "numpy"}
 _I64 = types.int64
 
 
-@njit(**_JIT)
+@inner
 def _dim(meta, d):
     """Size of iteration dim ``d`` (slowest first)."""
     return meta[HDR + d]
 
 
-@njit(**_JIT)
-def _stride(meta, nd, k, d):
-    """Element stride of operand ``k`` (OUT, X or Y) along iteration dim ``d``."""
-    return meta[HDR + (1 + k) * nd + d]
+@inner
+def _strides(meta, nd, d):
+    """Element strides of out, x and y along iteration dim ``d``.
+
+    One function for the three operands, not one taking the operand: Numba compiles a
+    function once per *literal* argument value, so ``f(meta, nd, operand, d)`` would be three
+    compiles (each one a new signature's first call waits for)."""
+    return meta[HDR + nd + d], meta[HDR + 2 * nd + d], meta[HDR + 3 * nd + d]
 
 
 def _verified_data_offset() -> int:
@@ -121,7 +123,7 @@ CHUNK = 1024
 assert CHUNK <= TILE_MAX and CHUNK % STREAM_ALIGN == 0  # fits the buffers; aligned chunks
 
 
-@njit(**_JIT)
+@inner
 def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``,
     ``sx``, ``sy``).
@@ -172,7 +174,7 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         j += m
 
 
-@njit(**_JIT)
+@inner
 def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
     """Offsets of outer row ``r`` over dims ``0 .. ndims - 1``; fills the odometer ``idx``."""
     for d in range(ndims - 1, -1, -1):
@@ -180,9 +182,10 @@ def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
         i = r % n
         r //= n
         idx[d] = i
-        oo += i * _stride(meta, nd, OUT, d)
-        xo += i * _stride(meta, nd, X, d)
-        yo += i * _stride(meta, nd, Y, d)
+        to, tx, ty = _strides(meta, nd, d)
+        oo += i * to
+        xo += i * tx
+        yo += i * ty
     return oo, xo, yo
 
 
@@ -218,7 +221,7 @@ def stack_tile(typingctx, like):
     return sig, codegen
 
 
-@njit(**_JIT)
+@inner
 def _stage(buf, p, off, s_rows, s_cols, nrows, n, width):
     """Copy a tile (``nrows`` x ``n``, element (r, c) at ``off + r * s_rows + c * s_cols``)
     into ``buf`` row-major with rows ``width`` apart, reading down the rows (an operand that
@@ -236,7 +239,7 @@ def stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
     how its rows read x and y: ``(xp, yp, xo, yo, xs, ys, xstep, ystep)``."""
 
 
-@overload(stage_tiles, jit_options=_JIT)
+@overload(stage_tiles, jit_options=INNER)
 def _ov_stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
     # Generated per spec: a spec that is not tiled (a flag of its own) gets the operands as
     # they are and never types or compiles the staging code.
@@ -262,7 +265,7 @@ def _ov_stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n
     return staged
 
 
-@njit(**_JIT)
+@inner
 def task_span(t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block, rows_per_task,
               rows):
     """Where task ``t`` lies in the plan (the inverse of :func:`task_geometry`):
@@ -288,7 +291,7 @@ def task_span(t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block, row
     return r, 0, 0, min(r + rows_per_task, rows) - r, dim_j
 
 
-@njit(**_JIT)
+@inner
 def _task(spec, po, px, py, pmeta, t):
     """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
 
@@ -302,12 +305,9 @@ def _task(spec, po, px, py, pmeta, t):
     idx = stack_words()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
-    so = _stride(meta, nd, OUT, nd - 1)
-    sx = _stride(meta, nd, X, nd - 1)
-    sy = _stride(meta, nd, Y, nd - 1)
+    so, sx, sy = _strides(meta, nd, nd - 1)
     # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
-    so0, sx0, sy0 = (_stride(meta, nd, OUT, nd - 2), _stride(meta, nd, X, nd - 2),
-                     _stride(meta, nd, Y, nd - 2))
+    so0, sx0, sy0 = _strides(meta, nd, nd - 2)
     tiled = var == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
     r, i0, j0, nrows, n = task_span(
         t, tiled, meta[M_NTI], meta[M_NTJ], meta[M_TILE_I], meta[M_TILE_J],
@@ -336,27 +336,23 @@ def _task(spec, po, px, py, pmeta, t):
             continue
         for d in range(nd - 2, -1, -1):
             idx[d] += 1
-            oo += _stride(meta, nd, OUT, d)
-            xo += _stride(meta, nd, X, d)
-            yo += _stride(meta, nd, Y, d)
+            to, tx, ty = _strides(meta, nd, d)
+            oo += to
+            xo += tx
+            yo += ty
             if idx[d] < _dim(meta, d):
                 break
             m = _dim(meta, d)
             idx[d] = 0
-            oo -= m * _stride(meta, nd, OUT, d)
-            xo -= m * _stride(meta, nd, X, d)
-            yo -= m * _stride(meta, nd, Y, d)
+            oo -= m * to
+            xo -= m * tx
+            yo -= m * ty
     if streams(spec):
         store_fence()
     return 0
 
 
-@njit(**_JIT)
-def _overlaps(meta, pa, a, pb, b):
-    return pa + meta[M_LO + a] < pb + meta[M_HI + b] and pb + meta[M_LO + b] < pa + meta[M_HI + a]
-
-
-@njit(**_JIT)
+@inner
 def _resolve(oo, ox, oy, pmeta):
     """(status, out, x, y data addresses): the checks every launch makes before writing."""
     meta = as_pointer(pmeta, _I64)
@@ -373,9 +369,14 @@ def _resolve(oo, ox, oy, pmeta):
         # NumPy's answer for overlapping operands is the one computed from the inputs as they
         # were: an exact alias (same pointer, shape and strides) runs in place, since each
         # element is read before it is written; any other overlap must read from a copy.
-        if _overlaps(meta, po, 0, px, 1) and not (po == px and meta[M_SAME_X]):
+        # byte extents [p + lo, p + hi) of out, x, y intersect (written out: a helper taking
+        # the operand would be compiled once per literal operand)
+        o_lo, o_hi = po + meta[M_LO], po + meta[M_HI]
+        if o_lo < px + meta[M_HI + 1] and px + meta[M_LO + 1] < o_hi \
+                and not (po == px and meta[M_SAME_X]):
             return OVERLAP, po, px, py
-        if _overlaps(meta, po, 0, py, 2) and not (po == py and meta[M_SAME_Y]):
+        if o_lo < py + meta[M_HI + 2] and py + meta[M_LO + 2] < o_hi \
+                and not (po == py and meta[M_SAME_Y]):
             return OVERLAP, po, px, py
     return OK, po, px, py
 
@@ -407,11 +408,11 @@ def renamed(fn, name: str):
     return new
 
 
-_kernel_parallel = njit(parallel=True, **_JIT)(renamed(_drive, "_kernel_parallel"))
-_kernel_serial = njit(parallel=False, **_JIT)(renamed(_drive, "_kernel_serial"))
+_kernel_parallel = njit(parallel=True, **ENTRY)(renamed(_drive, "_kernel_parallel"))
+_kernel_serial = njit(parallel=False, **ENTRY)(renamed(_drive, "_kernel_serial"))
 
 
-@njit(**_JIT)
+@njit(**ENTRY)
 def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
     """The checks of :func:`_drive`, then the tasks on jitops' own thread pool
     (jitops.cpu.pool): this thread and ``workers`` pool workers."""

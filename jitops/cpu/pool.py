@@ -42,6 +42,7 @@ from numba import njit, types
 from numba.extending import intrinsic
 
 from . import cache
+from .jit import ENTRY, inner
 
 _I64 = types.int64
 
@@ -152,21 +153,18 @@ def syscall4(typingctx, fn, nr, a, b, c):
     return _I64(fn, nr, a, b, c), codegen
 
 
-_JIT = {"nogil": True, "error_model": "numpy"}
-
-
-@njit(**_JIT)
+@inner
 def _futex_wait(ctl, expected):
     addr = ctl + C_SEQ * 8  # the low half of the word on little-endian machines
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAIT_PRIVATE, expected)
 
 
-@njit(**_JIT)
+@inner
 def _yield(ctl):
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_YIELD_NR), 0, 0, 0)
 
 
-@njit(**_JIT)
+@njit(**ENTRY)  # also called from Python (Pool.stop)
 def _futex_wake(ctl):
     addr = ctl + C_SEQ * 8
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
@@ -213,7 +211,7 @@ call_nary = task_caller(3)  # (task, pptrs, pmeta, t)
 _LOW = (1 << 32) - 1
 
 
-@njit(**_JIT)
+@inner
 def _claim_and_run(ctl):
     """Claim runs of consecutive tasks of the current job and run them, until none is left;
     returns how many tasks this thread ran.
@@ -258,7 +256,7 @@ def _claim_and_run(ctl):
         ran += g
 
 
-@njit(**_JIT)
+@inner
 def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
     """Run tasks ``0 .. ntasks-1`` of one job on this thread and ``workers`` pool workers;
     returns how many tasks failed. Called with the pool held (one job at a time)."""
@@ -289,7 +287,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
     return load(ctl, C_FAILED)
 
 
-@njit(**_JIT)
+@njit(**ENTRY)
 def _worker(ctl, index):
     """A pool worker's life: wait for a job (spin, then yield, then sleep on the futex), take
     part if the job asks for this many workers, repeat until stopped."""

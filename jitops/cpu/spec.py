@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.extending import (
     NativeValue,
     intrinsic,
@@ -31,6 +31,7 @@ from numba.np.numpy_support import from_dtype
 from ..core import scalar as _scalar
 from ..core.dtypes import act_dtype
 from .half import float_to_half, half_to_float
+from .jit import INNER, inner
 
 _BOOL = np.dtype(bool)
 _HALF = np.dtype(np.float16)
@@ -146,7 +147,7 @@ def pointers(spec, po, px, py):
     """(out, x, y) typed data pointers for ``spec``'s storage types."""
 
 
-@overload(pointers, jit_options={"error_model": "numpy"})
+@overload(pointers, jit_options=INNER)
 def _ov_pointers(spec, po, px, py):
     if not isinstance(spec, KernelSpecType):
         return None
@@ -162,19 +163,19 @@ _JIT_CACHE: dict[object, object] = {}
 
 
 def _jit(fn):
-    """njit once per table function (compiled lazily, per type, when first used)."""
+    """Compiled once per table function (compiled lazily, per type, when first used)."""
     d = _JIT_CACHE.get(fn)
     if d is None:
-        d = _JIT_CACHE[fn] = njit(error_model="numpy")(fn)
+        d = _JIT_CACHE[fn] = inner(fn)
     return d
 
 
-@njit
+@inner
 def _identity(v):
     return v
 
 
-@njit
+@inner
 def to_bool_byte(v):
     return types.uint8(1) if v != 0 else types.uint8(0)
 
@@ -195,7 +196,7 @@ def _llvm_fma(typingctx, a, b, c):
     return sig, codegen
 
 
-@overload(_scalar.fma, jit_options={"error_model": "numpy"})
+@overload(_scalar.fma, jit_options=INNER)
 def _ov_fma(a, b, c):
     if isinstance(a, types.Float) and a == b == c:
         return lambda a, b, c: _llvm_fma(a, b, c)
@@ -216,7 +217,7 @@ def load_word(dtype: str):
     return _identity
 
 
-@overload(element, jit_options={"error_model": "numpy"})
+@overload(element, jit_options=INNER)
 def _ov_element(spec, a, b):
     if not isinstance(spec, KernelSpecType):
         return None
@@ -232,7 +233,7 @@ def _ov_element(spec, a, b):
     else:
         out_t = from_dtype(np.dtype(spec.out))
 
-        @njit
+        @inner
         def store(v):
             return out_t(v)
 

@@ -1,0 +1,45 @@
+"""Helpers and tasks are compiled without Python entry points (jitops.cpu.jit): less for LLVM
+in every new signature, and a Python call is a TypeError instead of a jump to address 0."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops.cpu import jit, kernels, nary, pool, spec
+
+
+def _inner_dispatchers():
+    for mod in (kernels, nary, pool, spec):
+        for name, obj in vars(mod).items():
+            if isinstance(obj, jit.InnerDispatcher):
+                yield f"{mod.__name__}.{name}", obj
+
+
+def test_the_helpers_and_tasks_are_inner():
+    names = {n for n, _ in _inner_dispatchers()}
+    for must in ("jitops.cpu.kernels._task", "jitops.cpu.kernels._row",
+                 "jitops.cpu.kernels._resolve", "jitops.cpu.nary._utask_cached",
+                 "jitops.cpu.nary._first_row", "jitops.cpu.pool.run_job"):
+        assert must in names
+    # what Python calls keeps its entry point
+    for entry in (*kernels.KERNELS.values(), *nary.KERNELS.values(), pool._worker,
+                  pool._futex_wake):
+        if entry is not kernels.KERNELS["task"]:
+            assert not isinstance(entry, jit.InnerDispatcher), entry
+
+
+@pytest.mark.parametrize("name", sorted(n for n, _ in _inner_dispatchers()))
+def test_a_python_call_is_a_type_error(name):
+    disp = dict(_inner_dispatchers())[name]
+    with pytest.raises(TypeError, match="only inside compiled code"):
+        disp(*([0] * disp.py_func.__code__.co_argcount))
+
+
+def test_a_compiled_task_has_no_python_wrapper():
+    x = np.arange(5.0)
+    assert np.array_equal(jitops.subtract(x, 1.0), x - 1.0)
+    (sig, cres), *_ = kernels._task.overloads.items()
+    assert cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name) != 0
+    assert cres.library.get_pointer_to_function(cres.fndesc.llvm_cpython_wrapper_name) == 0
