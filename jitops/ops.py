@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .core.scalar import ACT_NAMES
-from .dispatch import call_op
+from .dispatch import call_op, public_op
 
 _MATH = {
     "add": ("x + y", "Integers wrap on overflow; bool + bool is logical or."),
@@ -74,9 +74,7 @@ Examples
 
 
 def _make(op: str):
-    def fn(x, y, *, broadcast="numpy", axis=-1, act=None, out=None, device=None):
-        return call_op(op, op, x, y, broadcast, axis, act, out, device)
-
+    fn = public_op(op, op)
     fn.__name__ = fn.__qualname__ = op
     fn.__module__ = "jitops"
     math, notes = _MATH[op]

@@ -107,6 +107,8 @@ MEMORY = HostMemory()
 #: What a kernel is given for each array: the object's address when the kernel can read the
 #: data pointer from the object itself (see jitops.cpu.kernels), else the data address (1 us).
 ref = id if kernels.DATA_OFFSET >= 0 else _address
+#: Whether the kernels refuse an ``out`` that is not writeable (status READ_ONLY).
+FLAGS_CHECKED = kernels.FLAGS_OFFSET >= 0
 
 _ENTRIES: dict = {}
 _SIG = (_I64,) * 5
@@ -181,11 +183,17 @@ class Launch:
                 status = parallel.launch(kernels.KERNELS, entry_point, _SIG, args, n)
             else:
                 status = self.entry(*args)
+        self.check(status, fname, out)
+        return status
+
+    @staticmethod
+    def check(status: int, fname: str, out: np.ndarray | None) -> None:
+        """Raise if a task failed inside (some elements may be unwritten); other statuses
+        mean a check refused the call before anything was written."""
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"
             raise RuntimeError(f"jitops.{fname}: the compiled kernel raised an exception inside "
                                f"a task, so some elements were not computed ({where})")
-        return status
 
 
 @lru_cache(maxsize=4096)

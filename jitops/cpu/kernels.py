@@ -59,7 +59,8 @@ VARIANT_CODES = {CONTIG: V_CONTIG, SCALAR_X: V_SCALAR_X, SCALAR_Y: V_SCALAR_Y,
 #: Kernel return codes. MISALIGNED and OVERLAP: a check failed and nothing was written.
 #: TASK_FAILED: some task's compiled code returned an error status (an exception inside the
 #: scalar code); the caller must raise, since elements of that task may be unwritten.
-OK, MISALIGNED, OVERLAP, TASK_FAILED = 0, 1, 2, 3
+#: READ_ONLY: out's object says it is not writeable (nothing was written).
+OK, MISALIGNED, OVERLAP, TASK_FAILED, READ_ONLY = 0, 1, 2, 3, 4
 
 #: Most dims a plan can have after coalescing (NumPy's NPY_MAXDIMS): the size of each task's
 #: odometer, which lives on that task's own stack.
@@ -75,11 +76,13 @@ M_CHECK = 14  # 1: check out against x and y for overlap
 M_LO, M_HI = 15, 18  # 15..17, 18..20: byte extent [p + lo, p + hi) of out, x, y
 M_SAME_X, M_SAME_Y = 21, 22  # x (y) has out's shape and strides: an exact alias is allowed
 M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
+M_FLAGS_OFF = 27  # offset of the flags in an ndarray object, or -1: not checked here
 #: Most elements of one tile (TILE_I x TILE_J): what a task's stack holds per staged input.
 TILE_MAX = 4096
-HDR = 27
+HDR = 28
 
 _I64 = types.int64
+_I32 = types.int32
 
 
 @inner
@@ -114,8 +117,26 @@ def _verified_data_offset() -> int:
     return off
 
 
-#: Set once; the meta arrays carry it, so compiled kernels never bake it in.
+def _verified_flags_offset() -> int:
+    """Offset of ``PyArrayObject.flags`` (an int after data, nd, dimensions, strides, base and
+    descr), or -1 where that layout is not verified on arrays whose flags differ."""
+    if DATA_OFFSET < 0:
+        return -1
+    off = DATA_OFFSET + 6 * 8
+    base = np.arange(24.0).reshape(4, 6)
+    ro = base[1:].view()
+    ro.flags.writeable = False
+    for a in (base, base.T, base[:, ::2], ro, np.empty(0), np.zeros((), np.int8)):
+        if ctypes.c_int.from_address(id(a) + off).value != a.flags.num:
+            return -1
+    return off
+
+
+#: Set once; the meta arrays carry them, so compiled kernels never bake them in.
 DATA_OFFSET = _verified_data_offset()
+FLAGS_OFFSET = _verified_flags_offset()
+#: NumPy's NPY_ARRAY_WRITEABLE flag bit.
+WRITEABLE = 0x0400
 
 
 #: Elements of a row computed per chunk: what a broadcast operand is staged to (see _row).
@@ -365,6 +386,10 @@ def _resolve(oo, ox, oy, pmeta):
         po, px, py = oo, ox, oy
     if po % meta[M_ALIGN] or px % meta[M_ALIGN + 1] or py % meta[M_ALIGN + 2]:
         return MISALIGNED, po, px, py
+    fl = meta[M_FLAGS_OFF]
+    # out= made read-only since the call was planned (the fast path does not ask Python)
+    if fl >= 0 and not as_pointer(oo + fl, _I32)[0] & WRITEABLE:
+        return READ_ONLY, po, px, py
     if meta[M_CHECK]:
         # NumPy's answer for overlapping operands is the one computed from the inputs as they
         # were: an exact alias (same pointer, shape and strides) runs in place, since each
@@ -520,6 +545,7 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     hi = [e[1] for e in extents] if check else [0, 0, 0]
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
             *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
-            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj]
+            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj,
+            FLAGS_OFFSET if data_offset is None else -1]
     assert len(head) == HDR
     return np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)
