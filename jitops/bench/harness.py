@@ -101,7 +101,8 @@ def _running_threads(me: int) -> int | None:
                 stat = f.read()
         except OSError:  # the thread just ended
             continue
-        if stat[stat.rindex(b")") + 2:stat.rindex(b")") + 3] == b"R":
+        state = stat.rindex(b")") + 2  # after "pid (comm) "; comm may hold spaces and ")"
+        if stat[state:state + 1] == b"R":
             n += 1
     return n
 

@@ -29,12 +29,8 @@ class InnerDispatcher(CPUDispatcher):
                         f"entry point; it runs only inside compiled code")
 
 
-def inner(fn=None, **options):
-    """``@njit`` with :data:`INNER` (plus ``options``, e.g. ``inline``), as an
-    :class:`InnerDispatcher`. Usable as ``@inner`` or ``inner(fn)``."""
-    if fn is None:
-        return lambda f: inner(f, **options)
-    targetoptions = {"nopython": True, **INNER, **options}
-    disp = InnerDispatcher(py_func=fn, locals={}, targetoptions=targetoptions)
+def inner(fn):
+    """``@njit(**INNER)`` as an :class:`InnerDispatcher` (``@inner`` or ``inner(fn)``)."""
+    disp = InnerDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **INNER})
     disp.__doc__, disp.__name__ = fn.__doc__, fn.__name__
     return disp

@@ -371,12 +371,11 @@ def num_threads() -> int:
     return n if pool.AVAILABLE or _current()[1] else 1
 
 
-def launch(family: dict, entry_point, sig: tuple, args: tuple, threads: int | None = None
-           ) -> int:
+def launch(family: dict, entry_point, sig: tuple, args: tuple, threads: int) -> int:
     """Run a driver of ``family`` (a ``KERNELS`` table: ``pooled``, ``parallel``, ``serial``)
-    on ``threads`` threads (default :func:`get_num_threads`, what :func:`num_threads` gave
-    the caller); returns its status. Call only where :func:`parallel_allowed` said yes.
-    ``entry_point(kernel, sig)`` gives a compiled driver.
+    on ``threads`` threads (what :func:`num_threads` gave the caller); returns its status.
+    Call only where :func:`parallel_allowed` said yes. ``entry_point(kernel, sig)`` gives a
+    compiled driver.
 
     On jitops' pool, a Python thread that finds the pool busy with another thread's job runs
     its own call serially instead of waiting (threads never wait on each other, and the
@@ -388,7 +387,7 @@ def launch(family: dict, entry_point, sig: tuple, args: tuple, threads: int | No
     if not p.lock.acquire(blocking=False):
         return entry_point(family["serial"], sig)(*args)
     try:
-        workers = (threads or get_num_threads()) - 1
+        workers = threads - 1
         p.ensure(workers)
         return entry_point(family["pooled"], sig + (_I64, _I64))(*args, p.ctl, workers)
     finally:

@@ -163,7 +163,7 @@ _JIT_CACHE: dict[object, object] = {}
 
 
 def _jit(fn):
-    """Compiled once per table function (compiled lazily, per type, when first used)."""
+    """One dispatcher per table function (compiled lazily, per type, when first used)."""
     d = _JIT_CACHE.get(fn)
     if d is None:
         d = _JIT_CACHE[fn] = inner(fn)
