@@ -9,7 +9,9 @@ first call's :class:`~jitops.cpu.backend.Launch`, and the kernel itself re-check
 differ between such calls (alignment, overlap of ``out`` with the inputs), handing the call
 back to the pipeline when a check fails. A Python scalar operand is part of a repeat by its
 type (NumPy 2 promotion depends on nothing else); its value is converted to the operand dtype
-the first call settled on.
+the first call settled on. A NumPy scalar is the 0-d array the pipeline would make of it.
+Integer ``elementwise_div`` repeats only once y is found free of zeros (the pipeline raises
+ZeroDivisionError before writing).
 """
 
 from __future__ import annotations
@@ -41,6 +43,15 @@ def _geometry(v) -> tuple | type:
     return (v.dtype, v.shape, v.strides) if type(v) is _ND else type(v)
 
 
+_SCALAR = np.generic
+
+
+def _as_array(v):
+    """A NumPy scalar as the 0-d array the pipeline would make of it (np.asarray, as
+    :func:`jitops.core.pipeline.host_operand` does); anything else as it is."""
+    return np.asarray(v) if isinstance(v, _SCALAR) else v
+
+
 def public_op(op: str, fname: str):
     """The public function of ``op`` (``fname`` in messages): the fast path for repeats
     written into it, so a repeat costs one Python frame, not two (0.1 us of the ~1.5 us a
@@ -63,7 +74,7 @@ def public_op(op: str, fname: str):
                         launch = _FAST.get(key)
                     except TypeError:  # unhashable broadcast or act: the pipeline says why
                         launch = key = None
-                    if launch is not None:
+                    if launch is not None and (not launch.zero_check or y.all()):
                         target = out if out is not None else launch.new_output()
                         pmeta = launch.pmeta
                         if pmeta is not None:  # serial: the compiled driver, nothing between
@@ -79,6 +90,11 @@ def public_op(op: str, fname: str):
                 return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
             if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
                 return _with_scalar(op, fname, x, y, broadcast, axis, act, out, device)
+            if isinstance(x, _SCALAR) or isinstance(y, _SCALAR):
+                # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
+                # dtype, NEP 50), so as one its repeats take the fast path above.
+                return fn(_as_array(x), _as_array(y), broadcast=broadcast, axis=axis, act=act,
+                          out=out, device=device)
         return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
 
     return fn
@@ -113,30 +129,43 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
             ya = y if type(y) is _ND else np.asarray(y, launch.y_dtype)
         except OverflowError:  # an int that does not fit: the pipeline raises it properly
             return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
-        target = out if out is not None else launch.new_output()
-        if launch.run(target, xa, ya, fname, out) == _OK:
-            return target
+        if not launch.zero_check or ya.all():  # else the pipeline raises ZeroDivisionError
+            target = out if out is not None else launch.new_output()
+            if launch.run(target, xa, ya, fname, out) == _OK:
+                return target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
 
 
 def call_user(op, operands: tuple, broadcast, axis, out, device):
     """A user op (jitops.fusion.ElementwiseOp) on its operands: the same pipeline, and the
-    same fast path for repeats on ndarrays (keyed by every operand's geometry)."""
+    same fast path for repeats (keyed by every array operand's geometry and every weak Python
+    scalar's type; NumPy scalars count as the 0-d arrays they are to the pipeline)."""
     key = None
-    if device is None and type(axis) is int and all(type(v) is _ND for v in operands) \
+    if device is None and type(axis) is int \
             and (out is None or (type(out) is _ND and out.flags.writeable)):
-        key = (op, broadcast, axis, *[(v.dtype, v.shape, v.strides) for v in operands],
-               None if out is None else (out.dtype, out.shape, out.strides))
-        try:
-            launch = _FAST.get(key)
-        except TypeError:  # unhashable broadcast: the pipeline says what is wrong
-            launch = key = None
-        if launch is not None:
-            target = out if out is not None else launch.new_output()
-            if launch.run(target, operands, op.__name__, out):
-                return target
-            key = None  # misaligned or overlapping this time: the careful path
+        if any(isinstance(v, _SCALAR) for v in operands):
+            operands = tuple(_as_array(v) for v in operands)
+        if all(type(v) is _ND or type(v) in WEAK for v in operands):
+            key = (op, broadcast, axis, *[_geometry(v) for v in operands],
+                   None if out is None else (out.dtype, out.shape, out.strides))
+            try:
+                launch = _FAST.get(key)
+            except TypeError:  # unhashable broadcast: the pipeline says what is wrong
+                launch = key = None
+            if launch is not None:
+                arrays = operands
+                if not all(type(v) is _ND for v in operands):
+                    try:  # each weak scalar as the dtype the first call settled on
+                        arrays = tuple(v if type(v) is _ND else np.asarray(v, dt)
+                                       for v, dt in zip(operands, launch.in_dtypes))
+                    except OverflowError:  # an int that does not fit: the pipeline raises
+                        return _call(op, op.__name__, operands, broadcast, axis, None, out,
+                                     device, None)
+                target = out if out is not None else launch.new_output()
+                if launch.run(target, arrays, op.__name__, out):
+                    return target
+                key = None  # misaligned or overlapping this time: the careful path
     return _call(op, op.__name__, operands, broadcast, axis, None, out, device, key)
 
 

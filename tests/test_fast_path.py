@@ -216,3 +216,74 @@ def test_weak_scalars_repeat_through_the_fast_path(rng):
             got, exp = jitops.multiply(f, v), np.multiply(f, v)
         assert got.dtype == exp.dtype
         np.testing.assert_array_equal(got, exp)
+
+
+def _counting_prepare(monkeypatch):
+    """Count the calls that go through the careful path (the pipeline's ``prepare``)."""
+    calls = []
+    real = dispatch.prepare
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "prepare", counted)
+    return calls
+
+
+@pytest.mark.parametrize("scalar", [np.float32, np.float64, np.int8, np.int64, np.uint16,
+                                    np.bool_, np.complex64, np.float16])
+@pytest.mark.parametrize("dtype", ["float32", "int16", "float16"])
+def test_numpy_scalars_repeat_through_the_fast_path(scalar, dtype, rng, monkeypatch):
+    # x - x.mean() passes a NumPy scalar: a strong 0-d operand (NEP 50), which the careful
+    # path turned into a 0-d array on every call (~50 us). As a 0-d array it repeats on the
+    # fast path, keyed by its dtype, each call's value read afresh.
+    x = (rng.standard_normal(33) * 20).astype(dtype)
+    calls = _counting_prepare(monkeypatch)
+    dispatch._FAST.clear()
+    for k, v in enumerate((3, 0, 1, 7)):
+        s = scalar(v)
+        for got, exp in ((jitops.subtract(x, s), np.subtract(x, s)),
+                         (jitops.multiply(s, x), np.multiply(s, x))):
+            assert got.dtype == exp.dtype and got.shape == exp.shape
+            np.testing.assert_array_equal(got, exp)
+        out = np.empty_like(exp)
+        assert jitops.multiply(s, x, out=out) is out
+        np.testing.assert_array_equal(out, exp)
+        assert len(calls) == 3  # the first value's three calls, then none
+    assert len(dispatch._FAST) == 3  # x - s, s * x, s * x with out=
+
+
+def test_numpy_scalar_errors_are_the_careful_paths():
+    x = np.ones(4, np.float32)
+    with pytest.raises(TypeError, match="y"):
+        jitops.add(x, np.str_("a"))
+    with pytest.raises(TypeError, match="x"):
+        jitops.add(np.datetime64(1, "s"), x)
+    # two NumPy scalars: a 0-d result, as from two 0-d arrays
+    r = jitops.add(np.float32(1), np.float32(2))
+    assert r.shape == () and r.dtype == np.float32 and r == 3
+
+
+@pytest.mark.parametrize("dtype", ["int32", "uint64", "int8"])
+def test_integer_elementwise_div_repeats_with_its_zero_check(dtype, rng, monkeypatch):
+    # Integer elementwise_div refuses a zero divisor before writing; its repeats take the fast
+    # path, which checks y for a zero first and hands such a call to the pipeline to raise.
+    x = rng.integers(0, 100, 50).astype(dtype)
+    y = rng.integers(1, 9, 50).astype(dtype)
+    out = np.full(50, 77, dtype)
+    calls = _counting_prepare(monkeypatch)
+    dispatch._FAST.clear()
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.elementwise_div(x, y, out=out), x // y)
+        np.testing.assert_array_equal(jitops.elementwise_div(x, 3), x // 3)
+    assert len(calls) == 2
+    y0 = y.copy()
+    y0[17] = 0
+    out[:] = 77
+    with pytest.raises(ZeroDivisionError, match="y contains 0"):
+        jitops.elementwise_div(x, y0, out=out)
+    assert (out == 77).all()  # nothing written
+    with pytest.raises(ZeroDivisionError, match="y contains 0"):
+        jitops.elementwise_div(x, 0)
+    np.testing.assert_array_equal(jitops.elementwise_div(x, y, out=out), x // y)

@@ -308,6 +308,30 @@ def test_act_functions_from_python():
 
 
 @host_only
+def test_scalar_operands_repeat_through_the_fast_path(monkeypatch, rng):
+    # Python scalars are keyed by their type, NumPy scalars as the 0-d arrays they are: a
+    # repeat with other values skips the pipeline and reads each value afresh.
+    from jitops import dispatch
+
+    calls = []
+    real = dispatch.prepare
+    monkeypatch.setattr(dispatch, "prepare", lambda *a, **k: calls.append(1) or real(*a, **k))
+    x = _data(rng, (40,), "float32")
+    dispatch._FAST.clear()
+    for w, b in ((2.0, 1), (-0.5, 3), (7.25, -4)):
+        r = axpb(x, w, b)
+        assert r.dtype == np.float32
+        np.testing.assert_array_equal(r, x * np.float32(w) + np.float32(b))
+        r = axpb(x, np.float64(w), np.int8(b))  # strong: float64
+        assert r.dtype == np.float64
+        np.testing.assert_array_equal(r, x * np.float64(w) + np.float64(b))
+    assert len(calls) == 2
+    np.testing.assert_array_equal(axpb(np.ones(3, np.uint8), 2, 1), [3, 3, 3])
+    with pytest.raises(OverflowError):  # a repeat still refuses an int that does not fit
+        axpb(np.ones(3, np.uint8), 300, 1)
+
+
+@host_only
 @pytest.mark.parametrize("shape, fx", [
     ((700, 300), None),                       # contiguous, parallel
     ((300, 700), lambda a: a.T),             # transposed: the tiled variant

@@ -304,7 +304,7 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
     if target is None:
         target = mem.empty(plan.out_shape, dt.result, plan.out_strides)
     as_given = (all(a is v or type(v) in WEAK for a, v in zip(inputs, operands))
-                and (out is None or target is out) and kop != "trunc_divide")
+                and (out is None or target is out))
     impl = implementation(kop, dt.result) if isinstance(kop, str) else kop
     return PreparedCall(fname, impl, act, dt, tuple(inputs), plan, target, out, as_given)
 

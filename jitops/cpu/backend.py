@@ -154,10 +154,13 @@ class Launch:
     """
 
     __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "shape", "dtype", "strides",
-                 "x_dtype", "y_dtype")
+                 "x_dtype", "y_dtype", "zero_check")
 
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
+        #: integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
+        #: from the pipeline): a repeat must find y free of zeros before it launches
+        self.zero_check = spec.op.startswith("trunc_divide")
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
@@ -241,10 +244,11 @@ class UserLaunch:
     before anything is written."""
 
     __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "aligns",
-                 "extents", "same")
+                 "extents", "same", "in_dtypes")
 
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
         self.aligns, self.extents, self.same = geometry
+        self.in_dtypes = spec.inputs  # what a weak scalar operand becomes
         self.task = nary.task_address(spec)
         self.metas = Metas(partial(nary.build_meta, plan))
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
