@@ -74,9 +74,9 @@ def public_op(op: str, fname: str):
                         launch = _FAST.get(key)
                     except TypeError:  # unhashable broadcast or act: the pipeline says why
                         launch = key = None
-                    if launch is not None and (not launch.zero_check or y.all()):
+                    if launch is not None:
                         target = out if out is not None else launch.new_output()
-                        pmeta = launch.pmeta
+                        pmeta = launch.direct
                         if pmeta is not None:  # serial: the compiled driver, nothing between
                             status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y),
                                                   pmeta)
@@ -85,7 +85,8 @@ def public_op(op: str, fname: str):
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:
                             return target
-                        # misaligned, overlapping or out read-only this time: the careful path
+                        # misaligned, overlapping, out read-only or a zero divisor this time:
+                        # the careful path (which raises where it must)
                         key = None
                 return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
             if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
@@ -129,10 +130,9 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
             ya = y if type(y) is _ND else np.asarray(y, launch.y_dtype)
         except OverflowError:  # an int that does not fit: the pipeline raises it properly
             return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
-        if not launch.zero_check or ya.all():  # else the pipeline raises ZeroDivisionError
-            target = out if out is not None else launch.new_output()
-            if launch.run(target, xa, ya, fname, out) == _OK:
-                return target
+        target = out if out is not None else launch.new_output()
+        if launch.run(target, xa, ya, fname, out) == _OK:
+            return target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
 

@@ -244,14 +244,32 @@ def _operand_names(n: int) -> tuple[str, ...]:
     return ("x", "y") if n == 2 else tuple(f"operand {i}" for i in range(n))
 
 
+#: Built-in ops' dtype resolutions, by (op, act, each operand's dtype or weak scalar type):
+#: NumPy 2 promotion reads no scalar value, and a call of a new shape should not pay ~10 us
+#: of ``result_type``/``resolve_dtypes`` again. Refusals raise and are never stored.
+_RESOLVED: dict = {}
+
+
 def _dtypes(op: str | UserOp, operands, kinds, fname: str, act):
     """(kernel op, DTypes, dtype each weak scalar becomes); ``kinds`` are dtypes, or the weak
     scalars themselves. A built-in op follows its NumPy loop table; a user op promotes its
     inputs together (NumPy 2) and computes in that dtype (float16 in float32)."""
-    common = np.result_type(*kinds)  # checked dtypes always promote
     if not isinstance(op, str):
+        common = np.result_type(*kinds)  # checked dtypes always promote
         compute = compute_dtype(common)
         return op, DTypes(op.result_dtype(common, compute, fname), compute), common
+    key = (op, act, *[type(k) if type(k) in WEAK else k for k in kinds])
+    r = _RESOLVED.get(key)
+    if r is None:
+        r = _resolve_builtin(op, kinds, fname, act)
+        if len(_RESOLVED) >= 4096:
+            _RESOLVED.clear()
+        _RESOLVED[key] = r
+    return r
+
+
+def _resolve_builtin(op: str, kinds, fname: str, act):
+    common = np.result_type(*kinds)
     kop = kernel_op(op, common)
     dt = resolve(kop, *kinds, fname, act)
     return kop, dt, weak_scalar_dtype(kop, *kinds, common)

@@ -24,6 +24,8 @@ _I64 = numba.types.int64
 
 #: A launch's status when it wrote the result (anything else: a check failed, nothing written).
 OK = kernels.OK
+#: Launch.run's status for a zero divisor of integer ``elementwise_div`` (checked in Python).
+ZERO_DIVISOR = -1
 
 
 def _address(a: np.ndarray) -> int:
@@ -153,13 +155,13 @@ class Launch:
     and Numba's dispatcher (whose type inference alone costs ~2 us).
     """
 
-    __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "shape", "dtype", "strides",
-                 "x_dtype", "y_dtype", "zero_check")
+    __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "direct", "shape", "dtype",
+                 "strides", "x_dtype", "y_dtype", "zero_check")
 
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
-        #: integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
-        #: from the pipeline): a repeat must find y free of zeros before it launches
+        # integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
+        # from the pipeline): a repeat must find y free of zeros before it launches (run does)
         self.zero_check = spec.op.startswith("trunc_divide")
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.entry = entry_point(kernels.KERNELS["serial"])
@@ -167,6 +169,8 @@ class Launch:
         self.metas = Metas(build_meta)
         # below the parallel threshold the tasks do not depend on the thread count
         self.pmeta = None if self.parallel else self.metas.address(1)
+        #: the meta address where the fast path may call ``entry`` itself (serial, no check)
+        self.direct = None if self.zero_check else self.pmeta
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
 
@@ -176,7 +180,10 @@ class Launch:
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
             out: np.ndarray | None) -> int:
         """Launch; returns the kernel's status (``kernels.OK``: written, else a check failed
-        and nothing was written). A task that failed inside raises: never a silent result."""
+        and nothing was written; ZERO_DIVISOR: y holds a zero where integer division refuses
+        one). A task that failed inside raises: never a silent result."""
+        if self.zero_check and not y.all():
+            return ZERO_DIVISOR
         if not self.parallel:
             status = self.entry(self.task, ref(target), ref(x), ref(y), self.pmeta)
         else:
