@@ -143,29 +143,42 @@ def call_user(op, operands: tuple, broadcast, axis, out, device):
     scalar's type; NumPy scalars count as the 0-d arrays they are to the pipeline)."""
     key = None
     if device is None and type(axis) is int \
-            and (out is None or (type(out) is _ND and out.flags.writeable)):
-        if any(isinstance(v, _SCALAR) for v in operands):
-            operands = tuple(_as_array(v) for v in operands)
-        if all(type(v) is _ND or type(v) in WEAK for v in operands):
-            key = (op, broadcast, axis, *[_geometry(v) for v in operands],
-                   None if out is None else (out.dtype, out.shape, out.strides))
-            try:
-                launch = _FAST.get(key)
-            except TypeError:  # unhashable broadcast: the pipeline says what is wrong
-                launch = key = None
-            if launch is not None:
-                arrays = operands
-                if not all(type(v) is _ND for v in operands):
-                    try:  # each weak scalar as the dtype the first call settled on
-                        arrays = tuple(v if type(v) is _ND else np.asarray(v, dt)
-                                       for v, dt in zip(operands, launch.in_dtypes))
-                    except OverflowError:  # an int that does not fit: the pipeline raises
-                        return _call(op, op.__name__, operands, broadcast, axis, None, out,
-                                     device, None)
-                target = out if out is not None else launch.new_output()
-                if launch.run(target, arrays, op.__name__, out):
-                    return target
-                key = None  # misaligned or overlapping this time: the careful path
+            and (out is None or (type(out) is _ND and (_FLAGS_CHECKED or out.flags.writeable))):
+        key = [op, broadcast, axis]
+        weak = False
+        for v in operands:
+            t = type(v)
+            if t is _ND:
+                key.append((v.dtype, v.shape, v.strides))
+            elif t in WEAK:
+                key.append(t)
+                weak = True
+            elif isinstance(v, _SCALAR):  # as the 0-d array the pipeline makes of it
+                return call_user(op, tuple(_as_array(v) for v in operands), broadcast, axis,
+                                 out, device)
+            else:
+                key = None
+                break
+    if key is not None:
+        key.append(None if out is None else (out.dtype, out.shape, out.strides))
+        key = tuple(key)
+        try:
+            launch = _FAST.get(key)
+        except TypeError:  # unhashable broadcast: the pipeline says what is wrong
+            launch = key = None
+        if launch is not None:
+            arrays = operands
+            if weak:
+                try:  # each weak scalar as the dtype the first call settled on
+                    arrays = tuple(v if type(v) is _ND else np.asarray(v, dt)
+                                   for v, dt in zip(operands, launch.in_dtypes))
+                except OverflowError:  # an int that does not fit: the pipeline raises
+                    return _call(op, op.__name__, operands, broadcast, axis, None, out, device,
+                                 None)
+            target = out if out is not None else launch.new_output()
+            if launch.run(target, arrays, op.__name__, out):
+                return target
+            key = None  # misaligned, overlapping or out read-only this time: the careful path
     return _call(op, op.__name__, operands, broadcast, axis, None, out, device, key)
 
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from .core.dtypes import check_dtype, user_result
 from .cpu import nary
+from .dispatch import call_user
 
 
 def _restore(module: str, qualname: str, dtype):
@@ -125,8 +126,6 @@ class ElementwiseOp:
             raise TypeError(f"jitops.{self.__name__} takes {self.nin} operand"
                             f"{'s' if self.nin != 1 else ''}, got {len(operands)}")
         op = self if dtype is None else self.with_dtype(dtype)
-        from .dispatch import call_user
-
         return call_user(op, operands, broadcast, axis, out, device)
 
     def result_dtype(self, common: np.dtype, compute: np.dtype, fname: str) -> np.dtype:

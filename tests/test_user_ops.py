@@ -332,6 +332,68 @@ def test_scalar_operands_repeat_through_the_fast_path(monkeypatch, rng):
 
 
 @host_only
+@pytest.mark.parametrize("n", [8, 1 << 17])  # the serial driver, the parallel ones
+def test_a_repeat_is_rechecked_by_the_kernel(n, rng):
+    # A repeat hands the kernel the caller's arrays; the kernel checks alignment, out's
+    # writeable flag and overlap itself and refuses (nothing written) so the pipeline decides.
+    from jitops.cpu import kernels
+
+    assert kernels.FLAGS_OFFSET >= 0 or sys.implementation.name != "cpython"
+    x, w, b = (rng.random(n) for _ in range(3))
+    out = np.zeros(n)
+    for _ in range(2):
+        np.testing.assert_array_equal(axpb(x, w, b, out=out), x * w + b)
+    # misaligned: same dtype, shape and strides, data pointer off by one byte
+    raw = np.zeros(8 * n + 1, np.uint8)
+    mis = raw[1:].view(np.float64)
+    mis[:] = x * 3
+    assert not mis.flags.aligned
+    np.testing.assert_array_equal(axpb(mis, w, b, out=out), mis * w + b)
+    np.testing.assert_array_equal(axpb(w, b, mis, out=out), w * b + mis)
+    # overlapping out: the inputs as they were before the call
+    buf = rng.random(n + 3)
+    expect = buf[:n] * w + b
+    np.testing.assert_array_equal(axpb(buf[:n], w, b, out=buf[3:]), expect)
+    # an exact alias runs in place
+    z = rng.random(n)
+    expect = z * w + b
+    assert axpb(z, w, b, out=z) is z
+    np.testing.assert_array_equal(z, expect)
+    # out made read-only after the call was remembered
+    out[:] = 5.0
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        axpb(x, w, b, out=out)
+    assert (out == 5.0).all()
+
+
+@host_only
+def test_user_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
+    from jitops.core.pipeline import byte_extent
+    from jitops.core.plan import make_plan
+    from jitops.cpu import backend, kernels, nary
+
+    x, w, b = (rng.random((4, 6)) for _ in range(3))
+    out = np.zeros((4, 6))
+    plan = make_plan((x.shape,) * 3, (((6, 1)),) * 3, "numpy")
+    meta = nary.build_meta(plan, (8,) * 4, data_offset=-1)
+    axpb(x, w, b)  # compiles the task
+    spec = nary.UserSpec(axpb.key, (x.dtype,) * 3, x.dtype, x.dtype, x.dtype, axpb.cacheable)
+    entry = backend.entry_point(nary.KERNELS["serial"], backend._SIG3)
+    addr = lambda a: a.__array_interface__["data"][0]  # noqa: E731
+    ptrs = np.array([addr(a) for a in (out, x, w, b)], np.int64)
+    assert entry(nary.task_address(spec), addr(ptrs), addr(meta)) == kernels.OK
+    np.testing.assert_array_equal(out, x * w + b)
+    # and refuses an overlap it was told to check, writing nothing
+    ext = tuple(byte_extent(0, a.shape, a.strides, 8) for a in (out, out, w, b))
+    meta = nary.build_meta(plan, (8,) * 4, ext, (True, False, False, False), data_offset=-1)
+    ptrs = np.array([addr(out) + 8, addr(out), addr(w), addr(b)], np.int64)
+    before = out.copy()
+    assert entry(nary.task_address(spec), addr(ptrs), addr(meta)) == kernels.OVERLAP
+    np.testing.assert_array_equal(out, before)
+
+
+@host_only
 @pytest.mark.parametrize("shape, fx", [
     ((700, 300), None),                       # contiguous, parallel
     ((300, 700), lambda a: a.T),             # transposed: the tiled variant

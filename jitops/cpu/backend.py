@@ -246,18 +246,16 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
 
 class UserLaunch:
     """A user op's launch once its arrays' geometry is known (the fast path keeps these, as
-    it keeps :class:`Launch` for the built-ins): compiled task, meta, and the checks that can
-    differ between calls of the same geometry (alignment, overlap of ``out``), made in Python
-    before anything is written."""
+    it keeps :class:`Launch` for the built-ins): compiled task and meta. The kernel re-checks
+    what can differ between calls of the same geometry (alignment, out writeable, overlap of
+    ``out``) before anything is written (jitops.cpu.nary._uresolve)."""
 
-    __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "aligns",
-                 "extents", "same", "in_dtypes")
+    __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "in_dtypes")
 
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
-        self.aligns, self.extents, self.same = geometry
         self.in_dtypes = spec.inputs  # what a weak scalar operand becomes
         self.task = nary.task_address(spec)
-        self.metas = Metas(partial(nary.build_meta, plan))
+        self.metas = Metas(partial(nary.build_meta, plan, *geometry))
         self.parallel = plan.size >= config.PARALLEL_THRESHOLD
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
@@ -267,35 +265,22 @@ class UserLaunch:
 
     def run(self, target: np.ndarray, inputs, fname: str, out) -> bool:
         """Launch; False (nothing written) when a check fails and the pipeline must decide."""
-        addrs = [target.__array_interface__["data"][0]]
-        addrs += [a.__array_interface__["data"][0] for a in inputs]
-        for p, al in zip(addrs, self.aligns):
-            if p % al:
-                return False
-        if self.extents is not None:  # out= given: an input may overlap it only as itself
-            olo, ohi = self.extents[0]
-            po = addrs[0]
-            for k in range(1, len(addrs)):
-                lo, hi = self.extents[k]
-                p = addrs[k]
-                if p + lo < po + ohi and po + olo < p + hi and not (p == po and self.same[k]):
-                    return False
-        ptrs = np.array(addrs, np.int64)  # alive until the kernel returns
+        refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)  # this call's own
         n = parallel.num_threads() if self.parallel else 1
-        args = (self.task, ptrs.__array_interface__["data"][0], self.metas.address(n))
+        args = (self.task, ref(refs), self.metas.address(n))
         if n > 1:
             status = parallel.launch(nary.KERNELS, entry_point, _SIG3, args, n)
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
+        if status == kernels.OK:
+            return True
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"
             raise RuntimeError(
                 f"jitops.{fname}: the function raised an exception inside the compiled kernel "
                 f"(for example a complex division by zero, which Numba raises on), so some "
                 f"elements were not computed ({where})")
-        if status != kernels.OK:
-            raise RuntimeError(f"jitops.{fname}: internal error: kernel status {status}")
-        return True
+        return False  # misaligned, overlapping or out read-only: nothing written
 
 
 @lru_cache(maxsize=4096)

@@ -24,12 +24,20 @@ process. Functions that cannot be found again by name (lambdas, closures, functi
 into a notebook) compile per process into ``_utask_local``, which is never cached on disk, so
 the cache cannot grow by one entry per process.
 
-The drivers take three integers: the address of ``_utask`` compiled for one spec, the address
-of an int64 array of the operands' data addresses (out first) and that of the int64 ``meta``
-array::
+The drivers take three integers: the address of ``_utask`` compiled for one spec, an int64
+array of the operands (out first) and the int64 ``meta`` array. Arrays are given as the
+built-in kernels get them: the array object's address where the kernel reads the data pointer
+from the object (kernels.DATA_OFFSET), else the data address. ``meta``::
 
     [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
-     start offsets (nops), shape (nd), strides (nops x nd, out first)]
+     data offset, flags offset, check overlap,
+     start offsets (nops), shape (nd), strides (nops x nd, out first),
+     per operand: alignment, byte extent lo, hi, same view as out (nops x 4)]
+
+Before any task runs, the driver resolves the data addresses into its own stack and makes the
+checks a repeat of a call must make (alignment; out writeable; with ``out=``, overlap with an
+input other than out itself), returning a status without writing when one fails, as the
+built-in drivers do (kernels._resolve): the fast path hands it the caller's arrays.
 
 A spec with ``stream`` (kernels.should_stream decides) writes the unit-stride rows of out with
 non-temporal stores, as the built-in kernels do (jitops.cpu.stream).
@@ -59,20 +67,27 @@ from . import cache, pool
 from .half import float_to_half, half_to_float
 from .jit import ENTRY, INNER, inner
 from .kernels import (
+    DATA_OFFSET,
+    FLAGS_OFFSET,
     MAX_DIMS,
+    MISALIGNED,
     OK,
+    OVERLAP,
+    READ_ONLY,
     TASK_FAILED,
     V_TILED,
     VARIANT_CODES,
+    WRITEABLE,
     renamed,
     stack_words,
     task_geometry,
     task_span,
 )
-from .spec import as_pointer, storage, to_bool_byte
+from .spec import address_of, as_pointer, storage, to_bool_byte
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
 
 _I64 = types.int64
+_I32 = types.int32
 
 #: Most operands (out and the inputs) of a user op: a task keeps their offsets in the same
 #: stack words as its odometer.
@@ -86,7 +101,8 @@ assert BUFFER % STREAM_ALIGN == 0
 # meta header (int64)
 U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
 U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
-U_HDR = 12
+U_DATA_OFF, U_FLAGS_OFF, U_CHECK = 12, 13, 14
+U_HDR = 15
 
 
 class UserSpecType(types.Dummy):
@@ -444,8 +460,44 @@ _utask_local = inner(renamed(_utask, "_utask_local"))
 _call_utask = pool.call_nary
 
 
-def _udrive(task, pptrs, pmeta):
-    """Run every task of a user op; a status, never a silent failure."""
+@inner
+def _uresolve(prefs, pmeta, ptrs):
+    """The operands' data addresses into ``ptrs``, and the checks every launch makes before
+    writing (see the module docstring); a status."""
+    meta = as_pointer(pmeta, _I64)
+    off = meta[U_DATA_OFF]
+    # the operand array itself is given as the others are (the object, or its data)
+    refs = as_pointer(as_pointer(prefs + off, _I64)[0] if off >= 0 else prefs, _I64)
+    nops = meta[U_NOPS]
+    nd = meta[U_ND]
+    c = U_HDR + nops + nd + nops * nd  # the per-operand check words
+    for k in range(nops):
+        p = as_pointer(refs[k] + off, _I64)[0] if off >= 0 else refs[k]
+        if p % meta[c + 4 * k]:
+            return MISALIGNED
+        ptrs[k] = p
+    fl = meta[U_FLAGS_OFF]
+    if fl >= 0 and not as_pointer(refs[0] + fl, _I32)[0] & WRITEABLE:
+        return READ_ONLY
+    if meta[U_CHECK]:
+        po = ptrs[0]
+        o_lo, o_hi = po + meta[c + 1], po + meta[c + 2]
+        for k in range(1, nops):
+            p = ptrs[k]
+            if p + meta[c + 4 * k + 1] < o_hi and o_lo < p + meta[c + 4 * k + 2] \
+                    and not (p == po and meta[c + 4 * k + 3]):
+                return OVERLAP
+    return OK
+
+
+def _udrive(task, prefs, pmeta):
+    """Check the call (:func:`_uresolve`), then run every task of a user op; a status, never
+    a silent failure."""
+    ptrs = stack_words()  # the data addresses: this frame outlives every task
+    status = _uresolve(prefs, pmeta, ptrs)
+    if status != OK:
+        return status
+    pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
     failed = 0
     for t in prange(meta[U_NTASKS]):
@@ -458,8 +510,14 @@ _ukernel_serial = njit(parallel=False, **ENTRY)(renamed(_udrive, "_ukernel_seria
 
 
 @njit(**ENTRY)
-def _ukernel_pooled(task, pptrs, pmeta, ctl, workers):
-    """Every task of a user op on jitops' own thread pool (jitops.cpu.pool)."""
+def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
+    """The checks of :func:`_udrive`, then every task of a user op on jitops' own thread pool
+    (jitops.cpu.pool)."""
+    ptrs = stack_words()
+    status = _uresolve(prefs, pmeta, ptrs)
+    if status != OK:
+        return status
+    pptrs = address_of(ptrs)
     ntasks = as_pointer(pmeta, _I64)[U_NTASKS]
     failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, 0, 0, ntasks)
     return TASK_FAILED if failed else OK
@@ -468,7 +526,7 @@ def _ukernel_pooled(task, pptrs, pmeta, ctl, workers):
 KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}
 # the helpers too: a new user op in a new process then compiles only its own task
 for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached, _first_row,
-           _next_row, _stride):
+           _next_row, _stride, _uresolve):
     cache.enable(_k, light=True)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}
@@ -486,15 +544,32 @@ def task_address(spec: UserSpec) -> int:
     return addr
 
 
-def build_meta(plan: Plan, threads: int | None = None) -> np.ndarray:
+def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=None,
+               same: tuple[bool, ...] | None = None, data_offset: int | None = None,
+               threads: int | None = None) -> np.ndarray:
     """The int64 ``meta`` array of a user-op kernel (layout in the module docstring), its
-    tasks balanced for ``threads`` (default: what a call from here would use)."""
+    tasks balanced for ``threads`` (default: what a call from here would use).
+
+    ``alignments`` and ``same`` (whether each operand is out's exact view) are per operand,
+    out first; ``extents`` the operands' byte extents when ``out=`` was given and overlap
+    must be checked, else None. ``data_offset`` defaults to :data:`~jitops.cpu.kernels.
+    DATA_OFFSET` (pass -1 to hand the kernel data addresses).
+    """
     block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(
         plan, threads=threads)
     shape = plan.iter_shape
     nops = len(plan.iter_strides)
+    assert nops <= MAX_OPERANDS and len(shape) <= MAX_DIMS
+    alignments = alignments or (1,) * nops
+    same = same or (False,) * nops
+    off = DATA_OFFSET if data_offset is None else data_offset
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            ti, tj, nti, ntj, nops]
-    assert len(head) == U_HDR and len(shape) <= MAX_DIMS
+            ti, tj, nti, ntj, nops, off, FLAGS_OFFSET if off >= 0 else -1,
+            int(extents is not None)]
+    assert len(head) == U_HDR
+    checks = []
+    for k in range(nops):
+        lo, hi = extents[k] if extents is not None else (0, 0)
+        checks += [alignments[k], lo, hi, int(same[k])]
     return np.array(head + list(plan.iter_offsets) + list(shape)
-                    + [s for st in plan.iter_strides for s in st], np.int64)
+                    + [s for st in plan.iter_strides for s in st] + checks, np.int64)

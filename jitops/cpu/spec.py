@@ -143,6 +143,19 @@ def as_pointer(typingctx, addr, ty):
     return sig, codegen
 
 
+@intrinsic
+def address_of(typingctx, ptr):
+    """A typed pointer -> its integer address (the inverse of :func:`as_pointer`)."""
+    if not isinstance(ptr, types.CPointer):
+        return None
+    sig = types.int64(ptr)
+
+    def codegen(context, builder, signature, args):
+        return builder.ptrtoint(args[0], context.get_value_type(types.int64))
+
+    return sig, codegen
+
+
 def pointers(spec, po, px, py):
     """(out, x, y) typed data pointers for ``spec``'s storage types."""
 
