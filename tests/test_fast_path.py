@@ -290,3 +290,73 @@ def test_integer_elementwise_div_repeats_with_its_zero_check(dtype, rng, monkeyp
     with pytest.raises(ZeroDivisionError, match="y contains 0"):
         jitops.elementwise_div(x, 0)
     np.testing.assert_array_equal(jitops.elementwise_div(x, y, out=out), x // y)
+
+
+# --- the memo: a repeat with the very same objects ------------------------------------------
+def test_a_repeat_with_the_same_objects_checks_they_are_still_those_arrays(rng):
+    # The last serial repeat is remembered by its arguments' identities; the kernel then
+    # compares each object's type, dtype object, shape and strides with the remembered ones,
+    # so an array changed in place since is planned afresh, never computed as it was.
+    x, y, out = rng.random(8), rng.random(8), np.empty(8)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    assert any(m[0] is not None for m in dispatch._MEMOS)
+    x.shape = (2, 4)  # in place: (2, 4) and (8,) do not broadcast
+    with pytest.raises(ValueError, match="broadcast"):
+        jitops.subtract(x, y, out=out)
+    x.shape = (8,)
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    x.dtype = np.int64  # the same bytes read as int64: NumPy's answer for that
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    y2 = y.reshape(8, 1)
+    y2.shape = (8,)  # a new object, its strides as y's: a fresh key, the same answer
+    np.testing.assert_array_equal(jitops.subtract(x, y2, out=out), x - y2)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        jitops.subtract(x, y2, out=out)
+    # new results, and options that differ by identity only
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.add(x, y), x + y)
+    # the same objects with other options: numpy mode and pdpd at axis 0 differ on (3, 3)
+    a, b = rng.random((3, 3)), rng.random(3)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.subtract(a, b), a - b[None, :])
+        np.testing.assert_array_equal(jitops.subtract(a, b), a - b[None, :])
+        np.testing.assert_array_equal(jitops.subtract(a, b, broadcast="pdpd", axis=0),
+                                      a - b[:, None])
+        np.testing.assert_array_equal(jitops.subtract(a, b, act="relu"),
+                                      np.maximum(a - b[None, :], 0))
+
+
+def test_header_checks_refuse_any_other_object_without_writing(rng):
+    # The kernel side of the memo: given objects that are not the remembered arrays (another
+    # dtype object, shape, strides, a subclass, not an array at all), MISMATCH, nothing written.
+    if _cpu.HEADER_OFFSETS is None:
+        assert _cpu.header_checks(np.zeros(_cpu.HDR, np.int64), ()) is None
+        return
+    x, y, out = rng.random((4, 6)), rng.random((4, 6)), np.zeros((4, 6))
+    x.flags.writeable = False  # flags other than out's are not part of it
+    plan = make_plan((x.shape, y.shape), ((6, 1), (6, 1)), "numpy")
+    meta = _cpu.header_checks(_cpu.build_meta(plan, (8, 8, 8)), (out, x, y))
+    spec = jitops.cpu.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
+    entry = backend.entry_point(_cpu.KERNELS["serial"])
+    task = _cpu.task_address(spec)
+    assert entry(task, id(out), id(x), id(y), _addr(meta)) == _cpu.OK
+    np.testing.assert_array_equal(out, x - y)
+    out[:] = 0
+    others = [
+        np.asfortranarray(x),
+        x.reshape(6, 4),
+        x.reshape(4, 6, 1),
+        x.view(">f8").byteswap(),  # another dtype object
+        x.view(np.int64),
+        np.ma.masked_array(x),
+        x.view(np.matrix),
+        np.float64(1.0),
+        3.5,
+        (4, 6),
+    ]
+    for o in others:
+        for args in ((id(out), id(o), id(y)), (id(out), id(x), id(o)), (id(o), id(x), id(y))):
+            assert entry(task, *args, _addr(meta)) == _cpu.MISMATCH, type(o)
+    assert (out == 0).all()

@@ -206,6 +206,12 @@ class Launch:
                                f"a task, so some elements were not computed ({where})")
 
 
+def header_checks(launch: Launch, arrays) -> np.ndarray | None:
+    """The serial meta of ``launch`` with header checks for ``arrays`` (target, x, y): see
+    :func:`jitops.cpu.kernels.header_checks`."""
+    return kernels.header_checks(launch.metas.build(threads=1), arrays)
+
+
 @lru_cache(maxsize=4096)
 def _launch_for(spec: KernelSpec, plan, geometry, dtype: np.dtype) -> Launch:
     aligns, extents, same = geometry

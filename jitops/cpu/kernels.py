@@ -60,7 +60,9 @@ VARIANT_CODES = {CONTIG: V_CONTIG, SCALAR_X: V_SCALAR_X, SCALAR_Y: V_SCALAR_Y,
 #: TASK_FAILED: some task's compiled code returned an error status (an exception inside the
 #: scalar code); the caller must raise, since elements of that task may be unwritten.
 #: READ_ONLY: out's object says it is not writeable (nothing was written).
-OK, MISALIGNED, OVERLAP, TASK_FAILED, READ_ONLY = 0, 1, 2, 3, 4
+#: MISMATCH: an operand object is not the ndarray (type, dtype, shape, strides) the meta's
+#: header checks describe (see :func:`header_checks`; nothing was written).
+OK, MISALIGNED, OVERLAP, TASK_FAILED, READ_ONLY, MISMATCH = 0, 1, 2, 3, 4, 5
 
 #: Most dims a plan can have after coalescing (NumPy's NPY_MAXDIMS): the size of each task's
 #: odometer, which lives on that task's own stack.
@@ -77,9 +79,10 @@ M_LO, M_HI = 15, 18  # 15..17, 18..20: byte extent [p + lo, p + hi) of out, x, y
 M_SAME_X, M_SAME_Y = 21, 22  # x (y) has out's shape and strides: an exact alias is allowed
 M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
 M_FLAGS_OFF = 27  # offset of the flags in an ndarray object, or -1: not checked here
+M_HEADERS = 28  # where the header checks start in meta (header_checks), or -1: none
 #: Most elements of one tile (TILE_I x TILE_J): what a task's stack holds per staged input.
 TILE_MAX = 4096
-HDR = 28
+HDR = 29
 
 _I64 = types.int64
 _I32 = types.int32
@@ -132,9 +135,36 @@ def _verified_flags_offset() -> int:
     return off
 
 
+def _verified_header_offsets() -> tuple[int, int, int, int, int] | None:
+    """Offsets of ``ob_type``, ``nd``, ``dimensions``, ``strides`` and ``descr`` in an ndarray
+    object (CPython's object head, then NumPy's ``PyArrayObject_fields`` after ``data``), or
+    None where that layout is not verified on arrays of several ranks, layouts and dtypes."""
+    if DATA_OFFSET < 0:
+        return None
+    word = ctypes.c_int64
+    offs = (DATA_OFFSET - 8, DATA_OFFSET + 8, DATA_OFFSET + 16, DATA_OFFSET + 24,
+            DATA_OFFSET + 40)
+    t, nd, dims, strides, descr = offs
+    base = np.arange(24.0).reshape(4, 6)
+    for a in (base, base.T, base[1:, ::2], np.zeros((), np.int8), np.empty((2, 0, 3), "c8"),
+              np.ones(5, ">i2")):
+        if ctypes.c_void_p.from_address(id(a) + t).value != id(type(a)) \
+                or ctypes.c_int.from_address(id(a) + nd).value != a.ndim \
+                or ctypes.c_void_p.from_address(id(a) + descr).value != id(a.dtype):
+            return None
+        if a.ndim:
+            pd = ctypes.c_void_p.from_address(id(a) + dims).value
+            ps = ctypes.c_void_p.from_address(id(a) + strides).value
+            if tuple((word * a.ndim).from_address(pd)) != a.shape \
+                    or tuple((word * a.ndim).from_address(ps)) != a.strides:
+                return None
+    return offs
+
+
 #: Set once; the meta arrays carry them, so compiled kernels never bake them in.
 DATA_OFFSET = _verified_data_offset()
 FLAGS_OFFSET = _verified_flags_offset()
+HEADER_OFFSETS = _verified_header_offsets()
 #: NumPy's NPY_ARRAY_WRITEABLE flag bit.
 WRITEABLE = 0x0400
 
@@ -374,9 +404,40 @@ def _task(spec, po, px, py, pmeta, t):
 
 
 @inner
+def _header_is(obj, meta, h, k):
+    """Whether the object at ``obj`` is the ndarray that the operand block at ``meta[k]`` of
+    the header checks (offsets at ``meta[h]``) describes: type, descr, nd, dims, strides; and
+    where the next block starts. The type is compared first: nothing else is read from an
+    object of another type."""
+    n = meta[k + 2]
+    nxt = k + 3 + 2 * n
+    if as_pointer(obj + meta[h], _I64)[0] != meta[k]:
+        return False, nxt
+    if as_pointer(obj + meta[h + 4], _I64)[0] != meta[k + 1] \
+            or as_pointer(obj + meta[h + 1], _I32)[0] != n:
+        return False, nxt
+    if n:
+        dims = as_pointer(as_pointer(obj + meta[h + 2], _I64)[0], _I64)
+        strides = as_pointer(as_pointer(obj + meta[h + 3], _I64)[0], _I64)
+        for i in range(n):
+            if dims[i] != meta[k + 3 + i] or strides[i] != meta[k + 3 + n + i]:
+                return False, nxt
+    return True, nxt
+
+
+@inner
 def _resolve(oo, ox, oy, pmeta):
     """(status, out, x, y data addresses): the checks every launch makes before writing."""
     meta = as_pointer(pmeta, _I64)
+    h = meta[M_HEADERS]
+    if h >= 0:  # objects passed by identity (dispatch's memo): first, are they the arrays?
+        ok, k = _header_is(oo, meta, h, h + 5)
+        if ok:
+            ok, k = _header_is(ox, meta, h, k)
+        if ok:
+            ok, k = _header_is(oy, meta, h, k)
+        if not ok:
+            return MISMATCH, 0, 0, 0
     off = meta[M_DATA_OFF]
     if off >= 0:
         po = as_pointer(oo + off, _I64)[0]
@@ -546,6 +607,25 @@ def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, Fals
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
             *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
             *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj,
-            FLAGS_OFFSET if data_offset is None else -1]
+            FLAGS_OFFSET if data_offset is None else -1, -1]
     assert len(head) == HDR
     return np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)
+
+
+def header_checks(meta: np.ndarray, arrays) -> np.ndarray | None:
+    """``meta`` with header checks for ``arrays`` (out, x, y) appended: the kernel then takes
+    the operands by identity only if each object is an ndarray of exactly this type, dtype
+    object, shape and strides (else MISMATCH, nothing written). None where the layout of the
+    ndarray object is not verified (:data:`HEADER_OFFSETS`).
+
+    The dtype objects are compared by address: the caller must keep them alive as long as it
+    uses the result (an address reused by another dtype would pass).
+    """
+    if HEADER_OFFSETS is None or meta[M_DATA_OFF] < 0:
+        return None
+    block = list(HEADER_OFFSETS)
+    for a in arrays:
+        block += [id(type(a)), id(a.dtype), a.ndim, *a.shape, *a.strides]
+    out = np.concatenate([meta, np.array(block, np.int64)])
+    out[M_HEADERS] = len(meta)
+    return out
