@@ -49,7 +49,7 @@ def _launch_streams(call) -> bool:
 
 
 @pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
-def test_chosen_for_outputs_beyond_the_cache_with_an_input_read_in_full(monkeypatch):
+def test_chosen_for_outputs_beyond_the_cache(monkeypatch):
     monkeypatch.setattr(config, "STREAM_BYTES", 32 << 20)
     big = np.ones(10**7, np.float32)  # 40 MB out, 80 MB read
     o = np.empty_like(big)
@@ -57,9 +57,10 @@ def test_chosen_for_outputs_beyond_the_cache_with_an_input_read_in_full(monkeypa
     assert _launch_streams(lambda: jitops.subtract(big, 3.0, out=o))
     small = np.ones(10**6, np.float32)  # cache-resident: left to the cache
     assert not _launch_streams(lambda: jitops.subtract(small, small))
-    # an outer difference reads no input in full (measured slower when streamed)
+    # an outer difference reads no input in full: its 64 MB output alone decides
     col, row = np.ones((4096, 1), np.float32), np.ones((1, 4096), np.float32)
-    assert not _launch_streams(lambda: jitops.subtract(col, row))
+    assert _launch_streams(lambda: jitops.subtract(col, row))
+    assert not _launch_streams(lambda: jitops.subtract(col[:1024], row[:, :1024]))  # 4 MB
     # complex elements are pairs the vectoriser does not store whole; transposes are tiled
     c = np.ones(5 * 10**6, np.complex64)
     assert not _launch_streams(lambda: jitops.add(c, c))
@@ -131,6 +132,12 @@ def test_broadcast_rows_and_the_parallel_kernel(stream_everything):
     np.testing.assert_array_equal(out, X - Y[:, None])
     jitops.subtract(Y[:, None], X, out=out)  # scalar_x rows
     np.testing.assert_array_equal(out, Y[:, None] - X)
+    col = rng.standard_normal((240, 1)).astype(np.float32)  # both inputs broadcast
+    row = rng.standard_normal((1, 1000)).astype(np.float32)
+    for off in (0, 1, 5):
+        o = _offset_view(240 * 1000, np.float32, off).reshape(240, 1000)
+        jitops.subtract(col, row, out=o)
+        np.testing.assert_array_equal(o, col - row)
     big = rng.standard_normal(4 * config.PARALLEL_THRESHOLD + 5).astype(np.float32)
     for off in (0, 1, 5):
         o = _offset_view(big.size, np.float32, off)
@@ -156,3 +163,16 @@ def test_user_ops_stream_in_aligned_chunks(stream_everything, monkeypatch, dtype
             f(a, b, c, out=out)
             np.testing.assert_array_equal(out.view(np.uint8), exp.view(np.uint8),
                                           err_msg=f"n={n} offset={off}")
+
+
+def test_user_op_with_every_input_broadcast_streams_its_rows(stream_everything, monkeypatch):
+    """No input read in full (an outer product): every input staged, the rows streamed."""
+    f = jitops.elementwise(lambda a, b, c: a * b - c)
+    col = np.linspace(-3, 3, 300, dtype=np.float32)[:, None]
+    row = np.linspace(1, 2, 1031, dtype=np.float32)[None, :]
+    c = np.float32(0.25)
+    assert _launch_streams(lambda: f(col, row, c))
+    for off in (0, 1, 3):
+        out = _offset_view(300 * 1031, np.float32, off).reshape(300, 1031)
+        f(col, row, c, out=out)
+        np.testing.assert_array_equal(out, col * row - c)
