@@ -2,7 +2,7 @@
 
 Numba refreshes its typing and lowering registries before every cache load (importing most of
 ``numba.np``, ``numba.typed`` and ``numba.cpython``); jitops' built-in kernels skip that
-(``jitops.cpu.cache.enable(..., light=True)``), which makes a cached first call ~6x faster. The
+(``jitops.cpu.cache.enable``), which makes a cached first call ~6x faster. The
 risk of the shortcut: machine code that needs a symbol only a registry module registers would
 make LLVM abort the process. So a second process loads every kind of built-in kernel -- every
 op and activation, integer, complex and float16 code, serial, parallel, pooled, tiled and

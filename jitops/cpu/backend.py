@@ -184,6 +184,11 @@ class Launch:
         one). A task that failed inside raises: never a silent result."""
         if self.zero_check and not y.all():
             return ZERO_DIVISOR
+        return self._run(target, x, y, fname, out)
+
+    def _run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
+             out: np.ndarray | None) -> int:
+        """:meth:`run` for operands the pipeline has just checked (y free of zeros)."""
         if not self.parallel:
             status = self.entry(self.task, ref(target), ref(x), ref(y), self.pmeta)
         else:
@@ -241,7 +246,7 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in (t, x, y)),
                 (_same_geometry(t, x), _same_geometry(t, y)))
     result = _launch_for(spec, call.plan, geometry, call.dtypes.result)
-    status = result.run(t, x, y, call.fname, call.out)
+    status = result._run(t, x, y, call.fname, call.out)  # prepare made the zero check
     if status != kernels.OK:  # the pipeline made the operands ready: this is a bug
         raise RuntimeError(f"jitops.{call.fname}: internal error: the kernel refused prepared "
                            f"operands (status {status})")

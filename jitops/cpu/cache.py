@@ -176,21 +176,15 @@ class _JitopsCache(FunctionCache):
                                              filename_base=self._impl.filename_base,
                                              source_stamp=self._impl.locator.get_source_stamp())
 
-    #: Load without refreshing Numba's typing and lowering registries (see :func:`enable`).
-    light = False
-
     def load_overload(self, sig, target_context):
         try:
-            if self.light:
-                # Numba refreshes the target context before every cache load: it imports and
-                # installs every typing and lowering registry (0.1 s, most of a cached first
-                # call), which only compiling needs -- and a compile refreshes anyway. Loading
-                # machine code needs only the symbols it calls, registered here (see enable).
-                _light_symbols(target_context)
-                with self._guard_against_spurious_io_errors():
-                    cres = self._load_overload(sig, target_context)
-            else:
-                cres = super().load_overload(sig, target_context)
+            # Numba refreshes the target context before every cache load: it imports and
+            # installs every typing and lowering registry (0.1 s, most of a cached first
+            # call), which only compiling needs -- and a compile refreshes anyway. Loading
+            # machine code needs only the symbols it calls, registered here.
+            _light_symbols(target_context)
+            with self._guard_against_spurious_io_errors():
+                cres = self._load_overload(sig, target_context)
         except Exception:  # anything a damaged entry can raise while being rebuilt
             return None
         if cres is not None and tuple(cres.signature.args) != tuple(sig):
@@ -238,11 +232,11 @@ def _light_symbols(target_context) -> None:
     import numba.cpython.hashing  # noqa: F401  (the hash-secret symbols)
 
 
-def enable(dispatcher, light: bool = False) -> bool:
+def enable(dispatcher) -> bool:
     """Attach the jitops cache to a module-level dispatcher. Returns whether it is on.
 
-    ``light``: load entries without refreshing Numba's registries (:func:`_light_symbols`
-    registers what the loaded code calls).
+    Entries load without refreshing Numba's registries (:func:`_light_symbols` registers what
+    the loaded code calls).
     """
     if not _config.cache_enabled():
         return False
@@ -250,5 +244,4 @@ def enable(dispatcher, light: bool = False) -> bool:
         dispatcher._cache = _JitopsCache(dispatcher.py_func)
     except RuntimeError:  # no writable location
         return False
-    dispatcher._cache.light = light
     return True

@@ -513,7 +513,7 @@ def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "pooled": _kernel_pooled,
            "task": _task}
 for _k in KERNELS.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
-    cache.enable(_k, light=True)
+    cache.enable(_k)
 
 _TASKS: dict = {}
 

@@ -527,7 +527,7 @@ KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _
 # the helpers too: a new user op in a new process then compiles only its own task
 for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached, _first_row,
            _next_row, _stride, _uresolve):
-    cache.enable(_k, light=True)  # never _utask_local (per-process functions would grow the cache)
+    cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}
 

@@ -319,7 +319,7 @@ def _worker(ctl, index):
 
 
 # compiled once per machine: a new process starts its workers at once
-cache.enable(_worker, light=True)
+cache.enable(_worker)
 
 
 # -- the Python side ----------------------------------------------------------------------------
