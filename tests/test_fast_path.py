@@ -360,3 +360,18 @@ def test_header_checks_refuse_any_other_object_without_writing(rng):
         for args in ((id(out), id(o), id(y)), (id(out), id(x), id(o)), (id(o), id(x), id(y))):
             assert entry(task, *args, _addr(meta)) == _cpu.MISMATCH, type(o)
     assert (out == 0).all()
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "float64", "complex64"])
+def test_tiled_staging_every_element_width(dtype, rng):
+    """The staged input moves through registers in 8 x 8 blocks (kernels.transpose_block,
+    one piece of IR per element width), the columns and rows past the last whole block
+    element by element; inputs whose rows are not unit-stride are staged element by element.
+    """
+    x = (rng.standard_normal((83, 70)) * 9).astype(dtype)
+    y = (rng.standard_normal((70, 83)) * 9).astype(dtype)
+    for xt in (x.T, x[::-1].T, x[:, ::2].T, x[1:-3, 5:].T):
+        yv = y[: xt.shape[0], : xt.shape[1]]
+        np.testing.assert_array_equal(jitops.add(xt, yv), np.add(xt, yv))
+        out = np.zeros(xt.shape, x.dtype)
+        np.testing.assert_array_equal(jitops.multiply(yv, xt, out=out), np.multiply(yv, xt))
