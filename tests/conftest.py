@@ -1,10 +1,15 @@
 import os
 
-import numpy as np
-import pytest
-from hypothesis import HealthCheck, settings
+# Every built-in kernel must compile under the light registries (jitops.cpu.registries): in
+# the tests, one that needs Numba's full refresh is an error, not a silent slowdown. Set
+# before jitops is imported; subprocesses the tests start inherit it.
+os.environ.setdefault("JITOPS_STRICT_REGISTRIES", "1")
 
-from . import backends
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
+
+from . import backends  # noqa: E402
 
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]

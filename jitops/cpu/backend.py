@@ -17,7 +17,7 @@ import numpy as np
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
-from . import kernels, nary, parallel
+from . import kernels, nary, parallel, registries
 from .spec import KernelSpec
 
 _I64 = numba.types.int64
@@ -125,7 +125,7 @@ def entry_point(kernel, sig=_SIG):
             # Loading a parallel kernel (from disk, too) starts Numba's threading layer: the
             # process's threading decision must see the process as it was before that.
             parallel.parallel_allowed()
-        kernel.compile(sig)
+        registries.compile_with(lambda: kernel.compile(sig))
         e = _ENTRIES[kernel] = kernel.overloads[sig].entry_point
     return e
 

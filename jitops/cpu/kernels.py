@@ -45,7 +45,7 @@ from numba.extending import intrinsic, overload
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from . import cache, parallel, pool
+from . import cache, parallel, pool, registries
 from .jit import ENTRY, INNER, inner
 from .spec import as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
@@ -590,7 +590,7 @@ def task_address(spec) -> int:
     addr = _TASKS.get(spec)
     if addr is None:
         sig = (spec.numba_type,) + (types.int64,) * 5
-        _task.compile(sig)
+        registries.compile_with(lambda: _task.compile(sig))
         cres = _task.overloads[sig]
         addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     return addr

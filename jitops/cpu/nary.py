@@ -63,7 +63,7 @@ from numba.extending import (
 from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
-from . import cache, pool
+from . import cache, pool, registries
 from .half import float_to_half, half_to_float
 from .jit import ENTRY, INNER, inner
 from .kernels import (
@@ -233,7 +233,7 @@ def return_type(fn, compute: np.dtype, n: int):
     typing errors propagate)."""
     d = compiled_function(fn)
     sig = (from_dtype(compute),) * n
-    d.compile(sig)
+    registries.compile_with(lambda: d.compile(sig), builtin=False)
     return d.overloads[sig].signature.return_type
 
 
@@ -538,7 +538,7 @@ def task_address(spec: UserSpec) -> int:
     if addr is None:
         task = _utask_cached if spec.cacheable else _utask_local
         sig = (spec.numba_type,) + (_I64,) * 3
-        task.compile(sig)
+        registries.compile_with(lambda: task.compile(sig), builtin=False)
         cres = task.overloads[sig]
         addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
     return addr

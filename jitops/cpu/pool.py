@@ -41,7 +41,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
-from . import cache
+from . import cache, registries
 from .jit import ENTRY, inner
 
 _I64 = types.int64
@@ -371,7 +371,7 @@ class Pool:
     def ensure(self, workers: int) -> None:
         """Start workers until there are ``workers`` of them (called with the lock held)."""
         if len(self.threads) < workers:
-            _worker.compile((_I64, _I64))  # here, not in the new threads
+            registries.compile_with(lambda: _worker.compile((_I64, _I64)))  # here, not in the new threads
         while len(self.threads) < workers:
             t = threading.Thread(target=_worker, args=(self.ctl, len(self.threads)),
                                  name=f"jitops-worker-{len(self.threads)}", daemon=True)
