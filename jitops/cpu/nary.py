@@ -65,7 +65,7 @@ from numba.np.numpy_support import from_dtype
 from ..core.plan import Plan
 from . import cache, pool, registries
 from .half import float_to_half, half_to_float
-from .jit import ENTRY, INNER, inner
+from .jit import ENTRY, INNER, inner, wrapper
 from .kernels import (
     DATA_OFFSET,
     FLAGS_OFFSET,
@@ -452,8 +452,9 @@ def _utask(spec, pptrs, pmeta, t):
     return user_task(spec, pptrs, pmeta, t)
 
 
-_utask_cached = inner(renamed(_utask, "_utask"))
-_utask_local = inner(renamed(_utask, "_utask_local"))
+# the tasks' code is all in user_task's overload: linked as it is (jitops.cpu.jit.wrapper)
+_utask_cached = wrapper(renamed(_utask, "_utask"))
+_utask_local = wrapper(renamed(_utask, "_utask_local"))
 
 
 #: ``_utask`` (operand addresses, meta, t) through its address.
