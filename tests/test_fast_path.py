@@ -115,6 +115,28 @@ def test_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
     np.testing.assert_array_equal(out, x - y)
 
 
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_kernel_refuses_a_misaligned_operand_without_writing(which, rng):
+    """Out, x or y whose data pointer is off its dtype's alignment (a view one byte into a
+    buffer): status MISALIGNED, nothing written; aligned, the same call runs."""
+    raws = [np.zeros(8 * 10 + 1, np.uint8) for _ in range(3)]
+    arrs = [r[1:].view(np.float64) if k == which else r[:80].view(np.float64)
+            for k, r in enumerate(raws)]
+    out, x, y = arrs
+    x[:], y[:] = rng.random(10), rng.random(10)
+    out[:] = 7.0
+    plan = make_plan(((10,), (10,)), ((1,), (1,)), "numpy")
+    meta = _cpu.build_meta(plan, (8, 8, 8))
+    spec = jitops.cpu.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
+    entry = backend.entry_point(_cpu.KERNELS["serial"])
+    refs = [backend.ref(a) for a in arrs]
+    assert entry(_cpu.task_address(spec), *refs, _addr(meta)) == _cpu.MISALIGNED
+    assert (out == 7.0).all()
+    loose = _cpu.build_meta(plan, (1, 1, 1))  # what the kernel is told to require
+    assert entry(_cpu.task_address(spec), *refs, _addr(loose)) == _cpu.OK
+    np.testing.assert_array_equal(out, x + y)
+
+
 def test_kernel_refuses_overlap_without_writing(rng):
     buf = rng.random(12)
     before = buf.copy()

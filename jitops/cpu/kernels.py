@@ -85,7 +85,6 @@ TILE_MAX = 4096
 HDR = 29
 
 _I64 = types.int64
-_I32 = types.int32
 
 
 @inner
@@ -470,68 +469,133 @@ def _task(spec, po, px, py, pmeta, t):
     return 0
 
 
-@inner
-def _header_is(obj, meta, h, k):
-    """Whether the object at ``obj`` is the ndarray that the operand block at ``meta[k]`` of
-    the header checks (offsets at ``meta[h]``) describes: type, descr, nd, dims, strides; and
-    where the next block starts. The type is compared first: nothing else is read from an
-    object of another type."""
-    n = meta[k + 2]
-    nxt = k + 3 + 2 * n
-    if as_pointer(obj + meta[h], _I64)[0] != meta[k]:
-        return False, nxt
-    if as_pointer(obj + meta[h + 4], _I64)[0] != meta[k + 1] \
-            or as_pointer(obj + meta[h + 1], _I32)[0] != n:
-        return False, nxt
-    if n:
-        dims = as_pointer(as_pointer(obj + meta[h + 2], _I64)[0], _I64)
-        strides = as_pointer(as_pointer(obj + meta[h + 3], _I64)[0], _I64)
-        for i in range(n):
-            if dims[i] != meta[k + 3 + i] or strides[i] != meta[k + 3 + n + i]:
-                return False, nxt
-    return True, nxt
+_LL64, _LL32 = ir.IntType(64), ir.IntType(32)
 
 
-@inner
-def _resolve(oo, ox, oy, pmeta):
-    """(status, out, x, y data addresses): the checks every launch makes before writing."""
-    meta = as_pointer(pmeta, _I64)
-    h = meta[M_HEADERS]
-    if h >= 0:  # objects passed by identity (dispatch's memo): first, are they the arrays?
-        ok, k = _header_is(oo, meta, h, h + 5)
-        if ok:
-            ok, k = _header_is(ox, meta, h, k)
-        if ok:
-            ok, k = _header_is(oy, meta, h, k)
-        if not ok:
-            return MISMATCH, 0, 0, 0
-    off = meta[M_DATA_OFF]
-    if off >= 0:
-        po = as_pointer(oo + off, _I64)[0]
-        px = as_pointer(ox + off, _I64)[0]
-        py = as_pointer(oy + off, _I64)[0]
-    else:
-        po, px, py = oo, ox, oy
-    if po % meta[M_ALIGN] or px % meta[M_ALIGN + 1] or py % meta[M_ALIGN + 2]:
-        return MISALIGNED, po, px, py
-    fl = meta[M_FLAGS_OFF]
-    # out= made read-only since the call was planned (the fast path does not ask Python)
-    if fl >= 0 and not as_pointer(oo + fl, _I32)[0] & WRITEABLE:
-        return READ_ONLY, po, px, py
-    if meta[M_CHECK]:
+def _c(v: int):
+    return ir.Constant(_LL64, v)
+
+
+class _Emit:
+    """LLVM IR for :func:`resolve`, read like the Python it replaces: words of ``meta``,
+    words at an offset from an object, and ``leave`` (store a result, jump to the end)."""
+
+    def __init__(self, builder, pmeta):
+        self.b = builder
+        self.meta = builder.inttoptr(pmeta, _LL64.as_pointer())
+        # (status, out, x, y) results, in the entry block (registers after mem2reg)
+        self.slots = [cgutils.alloca_once_value(builder, _c(0)) for _ in range(4)]
+        self.done = builder.append_basic_block("resolve.done")
+
+    def word(self, i):
+        """``meta[i]`` (``i`` a Python int or an i64 value)."""
+        i = i if isinstance(i, ir.Value) else _c(i)
+        return self.b.load(self.b.gep(self.meta, [i]))
+
+    def at(self, addr, off, ty=_LL64):
+        """The ``ty`` word at ``addr + off``, as an i64 (sign-extended)."""
+        v = self.b.load(self.b.inttoptr(self.b.add(addr, off), ty.as_pointer()))
+        return v if ty is _LL64 else self.b.sext(v, _LL64)
+
+    def cmp(self, op, a, b):
+        return self.b.icmp_signed(op, a, b if isinstance(b, ir.Value) else _c(b))
+
+    def leave(self, status, ptrs=None):
+        """Return ``(status, *ptrs)`` (``ptrs`` defaults to the zeros already stored)."""
+        self.b.store(_c(status), self.slots[0])
+        for slot, p in zip(self.slots[1:], ptrs or ()):
+            self.b.store(p, slot)
+        self.b.branch(self.done)
+
+    def header_is(self, obj, h, k):
+        """(i1, next k): whether the object at ``obj`` is the ndarray the operand block at
+        ``meta[k]`` of the header checks (offsets at ``meta[h]``) describes: type, descr, nd,
+        dims, strides. The type is compared first: nothing else is read from an object of
+        another type."""
+        b, word = self.b, self.word
+        n = word(b.add(k, _c(2)))
+        nxt = b.add(k, b.add(_c(3), b.mul(_c(2), n)))
+        good = cgutils.alloca_once_value(b, ir.Constant(ir.IntType(1), 0))
+        with b.if_then(self.cmp("==", self.at(obj, word(h)), word(k))):
+            same = b.and_(self.cmp("==", self.at(obj, word(b.add(h, _c(4)))),
+                                   word(b.add(k, _c(1)))),
+                          self.cmp("==", self.at(obj, word(b.add(h, _c(1))), _LL32), n))
+            with b.if_then(same):
+                b.store(ir.Constant(ir.IntType(1), 1), good)
+                dims = b.inttoptr(self.at(obj, word(b.add(h, _c(2)))), _LL64.as_pointer())
+                strides = b.inttoptr(self.at(obj, word(b.add(h, _c(3)))), _LL64.as_pointer())
+                with cgutils.for_range(b, n) as loop:  # no iteration (no read) when n == 0
+                    i = loop.index
+                    differ = b.or_(
+                        self.cmp("!=", b.load(b.gep(dims, [i])),
+                                 word(b.add(k, b.add(_c(3), i)))),
+                        self.cmp("!=", b.load(b.gep(strides, [i])),
+                                 word(b.add(k, b.add(_c(3), b.add(n, i))))))
+                    with b.if_then(differ):
+                        b.store(ir.Constant(ir.IntType(1), 0), good)
+        return b.load(good), nxt
+
+
+@intrinsic
+def resolve(typingctx, oo, ox, oy, pmeta):
+    """(status, out, x, y data addresses): the checks every launch makes before writing.
+
+    Written as LLVM IR (:class:`_Emit`) rather than as a compiled Python helper: Numba took
+    0.4-0.8 s to type and compile the two helpers this replaces, most of the drivers' compile,
+    which the very first call on an empty cache waits for.
+    """
+    sig = types.UniTuple(_I64, 4)(_I64, _I64, _I64, _I64)
+
+    def codegen(context, builder, signature, args):
+        oo, ox, oy, pmeta = args
+        e = _Emit(builder, pmeta)
+        b, word, cmp = builder, e.word, e.cmp
+        h = word(M_HEADERS)
+        # objects passed by identity (dispatch's memo): first, are they the arrays?
+        with b.if_then(cmp(">=", h, 0)):
+            ok = cgutils.alloca_once_value(b, ir.Constant(ir.IntType(1), 1))
+            k = cgutils.alloca_once_value(b, b.add(h, _c(5)))
+            for obj in (oo, ox, oy):
+                with b.if_then(b.load(ok)):
+                    good, nxt = e.header_is(obj, h, b.load(k))
+                    b.store(good, ok)
+                    b.store(nxt, k)
+            with b.if_then(b.not_(b.load(ok))):
+                e.leave(MISMATCH)
+        off = word(M_DATA_OFF)
+        ptrs = [cgutils.alloca_once_value(b, o) for o in (oo, ox, oy)]
+        with b.if_then(cmp(">=", off, 0)):  # read the data pointers from the objects
+            for slot, o in zip(ptrs, (oo, ox, oy)):
+                b.store(e.at(o, off), slot)
+        po, px, py = (b.load(p) for p in ptrs)
+        found = (po, px, py)
+        misaligned = b.or_(b.or_(cmp("!=", b.srem(po, word(M_ALIGN)), 0),
+                                 cmp("!=", b.srem(px, word(M_ALIGN + 1)), 0)),
+                           cmp("!=", b.srem(py, word(M_ALIGN + 2)), 0))
+        with b.if_then(misaligned):
+            e.leave(MISALIGNED, found)
+        # out= made read-only since the call was planned (the fast path does not ask Python)
+        fl = word(M_FLAGS_OFF)
+        with b.if_then(cmp(">=", fl, 0)):
+            with b.if_then(cmp("==", b.and_(e.at(oo, fl, _LL32), _c(WRITEABLE)), 0)):
+                e.leave(READ_ONLY, found)
         # NumPy's answer for overlapping operands is the one computed from the inputs as they
         # were: an exact alias (same pointer, shape and strides) runs in place, since each
         # element is read before it is written; any other overlap must read from a copy.
-        # byte extents [p + lo, p + hi) of out, x, y intersect (written out: a helper taking
-        # the operand would be compiled once per literal operand)
-        o_lo, o_hi = po + meta[M_LO], po + meta[M_HI]
-        if o_lo < px + meta[M_HI + 1] and px + meta[M_LO + 1] < o_hi \
-                and not (po == px and meta[M_SAME_X]):
-            return OVERLAP, po, px, py
-        if o_lo < py + meta[M_HI + 2] and py + meta[M_LO + 2] < o_hi \
-                and not (po == py and meta[M_SAME_Y]):
-            return OVERLAP, po, px, py
-    return OK, po, px, py
+        with b.if_then(cmp("!=", word(M_CHECK), 0)):
+            o_lo, o_hi = b.add(po, word(M_LO)), b.add(po, word(M_HI))
+            for j, p, same in ((1, px, M_SAME_X), (2, py, M_SAME_Y)):
+                # byte extents [p + lo, p + hi) of out and this input intersect
+                meet = b.and_(cmp("<", o_lo, b.add(p, word(M_HI + j))),
+                              cmp("<", b.add(p, word(M_LO + j)), o_hi))
+                alias = b.and_(cmp("==", po, p), cmp("!=", word(same), 0))
+                with b.if_then(b.and_(meet, b.not_(alias))):
+                    e.leave(OVERLAP, found)
+        e.leave(OK, found)
+        b.position_at_end(e.done)
+        return context.make_tuple(b, signature.return_type, [b.load(s) for s in e.slots])
+
+    return sig, codegen
 
 
 #: ``_task`` (out, x, y, meta, t) of the built-in ops.
@@ -539,10 +603,10 @@ _call_task = pool.call_binary
 
 
 def _drive(task, oo, ox, oy, pmeta):
-    """Check the call (:func:`_resolve`), then run all its tasks; a status, never a silent
+    """Check the call (:func:`resolve`), then run all its tasks; a status, never a silent
     failure. ``prange`` runs the tasks in parallel where this is compiled with
     ``parallel=True`` and is a plain loop elsewhere, so both drivers below are this code."""
-    status, po, px, py = _resolve(oo, ox, oy, pmeta)
+    status, po, px, py = resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
     meta = as_pointer(pmeta, _I64)
@@ -569,7 +633,7 @@ _kernel_serial = njit(parallel=False, **ENTRY)(renamed(_drive, "_kernel_serial")
 def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
     """The checks of :func:`_drive`, then the tasks on jitops' own thread pool
     (jitops.cpu.pool): this thread and ``workers`` pool workers."""
-    status, po, px, py = _resolve(oo, ox, oy, pmeta)
+    status, po, px, py = resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
     ntasks = as_pointer(pmeta, _I64)[M_NTASKS]
