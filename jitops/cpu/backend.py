@@ -259,7 +259,7 @@ class UserLaunch:
     """A user op's launch once its arrays' geometry is known (the fast path keeps these, as
     it keeps :class:`Launch` for the built-ins): compiled task and meta. The kernel re-checks
     what can differ between calls of the same geometry (alignment, out writeable, overlap of
-    ``out``) before anything is written (jitops.cpu.nary._uresolve)."""
+    ``out``) before anything is written (jitops.cpu.nary.uresolve)."""
 
     __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "in_dtypes")
 
