@@ -85,7 +85,7 @@ from .kernels import (
     renamed,
     stack_words,
     task_geometry,
-    task_span,
+    emit_task_span,
 )
 from .spec import address_of, as_pointer, storage, to_bool_byte
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
@@ -267,66 +267,121 @@ def user_task(spec, pptrs, pmeta, t):
     """One task of a user op (the code is generated for the spec's number of inputs)."""
 
 
-@inner
-def _stride(meta, nd, k, d):
-    """Element stride of operand ``k`` (0 is out) along iteration dim ``d``."""
-    return meta[U_HDR + meta[U_NOPS] + nd + k * nd + d]
+def _literal(nops) -> int | None:
+    return nops.literal_value if isinstance(nops, types.IntegerLiteral) else None
 
 
-@inner
-def _first_row(meta, t, offs, idx, nops):
+def _walker(builder, meta, nops):
+    """An emitter over ``meta`` (an int64 pointer) with ``stride(k, d)``: operand ``k``'s
+    element stride along dim ``d`` (0 is out), for ``nops`` operands."""
+    e = _Emit(builder, builder.ptrtoint(meta, _LL64))
+    nd = e.word(U_ND)
+    base = builder.add(_c(U_HDR + nops), nd)
+
+    def stride(k, d):
+        return e.word(builder.add(base, builder.add(builder.mul(_c(k), nd), d)))
+
+    return e, nd, stride
+
+
+@intrinsic
+def first_row(typingctx, meta, t, offs, idx, nops):
     """Set ``offs`` to every operand's offset at the start of task ``t`` and the odometer
     ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
 
-    The same tasks as the built-in kernels (kernels.task_geometry). Shared by every user op:
-    the tasks pass ``nops`` (operands, out included) as a literal, so this is compiled once
-    per operand count (and cached), its loops over the operands unrolled -- a run-time count
-    had LLVM vectorise them, for nothing, at 0.1 s of compile time each.
+    The same tasks as the built-in kernels, decoded by the same IR
+    (:func:`jitops.cpu.kernels.emit_task_span`). LLVM IR for ``nops`` operands (a literal; the loops over them
+    unrolled here): as compiled Python helpers this and :func:`next_row` cost 0.4-0.5 s of
+    the first user op's compile, which now only types two intrinsic calls.
     """
-    nd = meta[U_ND]
-    sh = U_HDR + nops
-    tiled = meta[U_VARIANT] == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims
-    r, i0, j0, nrows, n = task_span(
-        t, tiled, meta[U_NTI], meta[U_NTJ], meta[U_TILE_I], meta[U_TILE_J],
-        meta[sh + max(nd - 2, 0)], meta[sh + nd - 1], meta[U_NBLK], meta[U_BLOCK],
-        meta[U_ROWS_PER_TASK], meta[U_ROWS])
-    for k in range(nops):
-        offs[k] = meta[U_HDR + k] + j0 * _stride(meta, nd, k, nd - 1)
-        if tiled:
-            offs[k] += i0 * _stride(meta, nd, k, nd - 2)
-    outer = nd - 2 if tiled else nd - 1
-    walk = tiled or nd == 2
-    # unravel the first row once (div/mod); the rows after it are walked
-    for d in range(outer - 1, -1, -1):
-        m = meta[sh + d]
-        i = r % m
-        r //= m
-        idx[d] = i
-        for k in range(nops):
-            offs[k] += i * _stride(meta, nd, k, d)
-    return nrows, n, walk
+    n_ops = _literal(nops)
+    if n_ops is None or not all(isinstance(a, types.CPointer) for a in (meta, offs, idx)):
+        return None
+    sig = types.Tuple((_I64, _I64, types.boolean))(meta, _I64, offs, idx, nops)
+
+    def codegen(context, builder, signature, args):
+        meta_p, t, offs_p, idx_p, _ = args
+        b = builder
+        e, nd, stride = _walker(b, meta_p, n_ops)
+        word, cmp = e.word, e.cmp
+        sh = U_HDR + n_ops
+        tiled = cmp("==", word(U_VARIANT), V_TILED)
+        dim_j = word(b.add(_c(sh - 1), nd))
+        two = b.select(cmp(">", nd, 2), b.sub(nd, _c(2)), _c(0))
+        dim_i = word(b.add(_c(sh), two))
+        span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
+                              word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
+                              word(U_ROWS_PER_TASK), word(U_ROWS))
+        r = cgutils.alloca_once_value(b, span[0])
+        i0, j0, nrows, n = span[1:]
+        last = b.sub(nd, _c(1))
+        for k in range(n_ops):
+            at = b.gep(offs_p, [_c(k)])
+            b.store(b.add(word(U_HDR + k), b.mul(j0, stride(k, last))), at)
+        with b.if_then(tiled):
+            for k in range(n_ops):
+                at = b.gep(offs_p, [_c(k)])
+                b.store(b.add(b.load(at), b.mul(i0, stride(k, b.sub(nd, _c(2))))), at)
+        outer = b.select(tiled, b.sub(nd, _c(2)), last)
+        walk = b.or_(tiled, cmp("==", nd, 2))
+        # unravel the first row once (div/mod); the rows after it are walked
+        with cgutils.for_range(b, outer) as loop:
+            d = b.sub(b.sub(outer, _c(1)), loop.index)
+            m = word(b.add(_c(sh), d))
+            rv = b.load(r)
+            i = b.srem(rv, m)
+            b.store(b.sdiv(rv, m), r)
+            b.store(i, b.gep(idx_p, [d]))
+            for k in range(n_ops):
+                at = b.gep(offs_p, [_c(k)])
+                b.store(b.add(b.load(at), b.mul(i, stride(k, d))), at)
+        b.branch(e.done)  # the emitter's exit block, unused here, must not be left empty
+        b.position_at_end(e.done)
+        return context.make_tuple(b, signature.return_type, [nrows, n, walk])
+
+    return sig, codegen
 
 
-@inner
-def _next_row(meta, offs, idx, walk, nops):
+@intrinsic
+def next_row(typingctx, meta, offs, idx, walk, nops):
     """Step every operand's offset to the next row: one dim (``walk``) or the odometer
-    (``nops`` as in :func:`_first_row`)."""
-    nd = meta[U_ND]
-    if walk:
-        for k in range(nops):
-            offs[k] += _stride(meta, nd, k, nd - 2)
-        return
-    sh = U_HDR + nops
-    for d in range(nd - 2, -1, -1):
-        idx[d] += 1
-        for k in range(nops):
-            offs[k] += _stride(meta, nd, k, d)
-        if idx[d] < meta[sh + d]:
-            return
-        m = meta[sh + d]
-        idx[d] = 0
-        for k in range(nops):
-            offs[k] -= m * _stride(meta, nd, k, d)
+    (``nops`` as in :func:`first_row`)."""
+    n_ops = _literal(nops)
+    if n_ops is None or not all(isinstance(a, types.CPointer) for a in (meta, offs, idx)):
+        return None
+    sig = types.void(meta, offs, idx, types.boolean, nops)
+
+    def codegen(context, builder, signature, args):
+        meta_p, offs_p, idx_p, walk, _ = args
+        b = builder
+        e, nd, stride = _walker(b, meta_p, n_ops)
+        word, cmp = e.word, e.cmp
+        done = e.done
+
+        def add_strides(d, times):
+            for k in range(n_ops):
+                at = b.gep(offs_p, [_c(k)])
+                b.store(b.add(b.load(at), b.mul(times, stride(k, d))), at)
+
+        with b.if_then(walk):
+            add_strides(b.sub(nd, _c(2)), _c(1))
+            b.branch(done)
+        count = b.select(cmp(">", nd, 1), b.sub(nd, _c(1)), _c(0))
+        with cgutils.for_range(b, count) as loop:
+            d = b.sub(b.sub(count, _c(1)), loop.index)  # nd - 2 down to 0
+            at = b.gep(idx_p, [d])
+            b.store(b.add(b.load(at), _c(1)), at)
+            add_strides(d, _c(1))
+            m = word(b.add(_c(U_HDR + n_ops), d))
+            with b.if_then(cmp("<", b.load(at), m)):
+                b.branch(done)
+            b.store(_c(0), at)
+            add_strides(d, b.neg(m))
+        b.branch(done)
+        b.position_at_end(done)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 def _task_source(n: int, inputs: tuple[str, ...], out: str, ret, stream: bool = False) -> str:
@@ -435,8 +490,8 @@ def _ov_user_task(spec, pptrs, pmeta, t):
     ret = return_type(fn, np.dtype(spec.compute), n)
     out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
     ns = {"as_pointer": as_pointer, "I64": _I64, "stack_words": stack_words,
-          "U_HDR": U_HDR, "first_row": _first_row,
-          "next_row": _next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
+          "U_HDR": U_HDR, "first_row": first_row,
+          "next_row": next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
           "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
           "to_bool_byte": to_bool_byte,
           "U_ND": U_ND, "min": min, "max": max, "range": range,
@@ -559,8 +614,7 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
 
 KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}
 # the helpers too: a new user op in a new process then compiles only its own task
-for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached, _first_row,
-           _next_row, _stride):
+for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached):
     cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
 
 _TASKS: dict = {}
