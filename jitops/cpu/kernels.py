@@ -85,6 +85,12 @@ TILE_MAX = 4096
 HDR = 29
 
 _I64 = types.int64
+_LL64, _LL32 = ir.IntType(64), ir.IntType(32)
+
+
+def _c(v: int):
+    """An i64 constant (LLVM IR)."""
+    return ir.Constant(_LL64, v)
 
 
 @inner
@@ -305,13 +311,12 @@ def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
         i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
         prefetch = builder.module.declare_intrinsic(
             "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
-        ahead = ir.Constant(ir.IntType(64), max(1, PREFETCH_BYTES // size))
+        ahead = _c(max(1, PREFETCH_BYTES // size))
         ps = builder.bitcast(ps, vec.element.as_pointer())
         pd = builder.bitcast(pd, vec.element.as_pointer())
-        i64 = ir.IntType(64)
         rows = []
         for k in range(BLOCK_T):
-            at = builder.add(soff, builder.mul(s_cols, ir.Constant(i64, k)))
+            at = builder.add(soff, builder.mul(s_cols, _c(k)))
             rows.append(builder.load(builder.bitcast(builder.gep(ps, [at]), vec.as_pointer()),
                                      align=align))
             # a hint (read, keep in all caches, data): it never faults past the array's end
@@ -323,7 +328,7 @@ def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
             rows = [builder.shuffle_vector(rows[i], rows[i + half], mask)
                     for i in range(half) for mask in (_ZIP_LO, _ZIP_HI)]
         for r in range(BLOCK_T):
-            at = builder.add(doff, builder.mul(width, ir.Constant(i64, r)))
+            at = builder.add(doff, builder.mul(width, _c(r)))
             builder.store(rows[r], builder.bitcast(builder.gep(pd, [at]), vec.as_pointer()),
                           align=align)
         return context.get_dummy_value()
@@ -499,23 +504,26 @@ def _task(spec, po, px, py, pmeta, t):
     return 0
 
 
-_LL64, _LL32 = ir.IntType(64), ir.IntType(32)
-
-
-def _c(v: int):
-    return ir.Constant(_LL64, v)
-
-
 class _Emit:
-    """LLVM IR for :func:`resolve`, read like the Python it replaces: words of ``meta``,
-    words at an offset from an object, and ``leave`` (store a result, jump to the end)."""
+    """LLVM IR for the drivers' checks and the row walks, read like the Python it replaces:
+    words of ``meta``, words at an offset from an object, and ``leave`` (store a result, jump
+    to the end)."""
 
-    def __init__(self, builder, pmeta):
+    def __init__(self, builder, meta):
         self.b = builder
-        self.meta = builder.inttoptr(pmeta, _LL64.as_pointer())
+        # meta: its address (i64) or an int64 pointer
+        self.meta = meta if isinstance(meta.type, ir.PointerType) \
+            else builder.inttoptr(meta, _LL64.as_pointer())
         # (status, out, x, y) results, in the entry block (registers after mem2reg)
         self.slots = [cgutils.alloca_once_value(builder, _c(0)) for _ in range(4)]
-        self.done = builder.append_basic_block("resolve.done")
+        self._done = None
+
+    @property
+    def done(self):
+        """The exit block (made on first use: an unused, empty block is invalid IR)."""
+        if self._done is None:
+            self._done = self.b.append_basic_block("emit.done")
+        return self._done
 
     def word(self, i):
         """``meta[i]`` (``i`` a Python int or an i64 value)."""

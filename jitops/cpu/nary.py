@@ -82,10 +82,10 @@ from .kernels import (
     WRITEABLE,
     _c,
     _Emit,
+    emit_task_span,
     renamed,
     stack_words,
     task_geometry,
-    emit_task_span,
 )
 from .spec import address_of, as_pointer, storage, to_bool_byte
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
@@ -274,7 +274,7 @@ def _literal(nops) -> int | None:
 def _walker(builder, meta, nops):
     """An emitter over ``meta`` (an int64 pointer) with ``stride(k, d)``: operand ``k``'s
     element stride along dim ``d`` (0 is out), for ``nops`` operands."""
-    e = _Emit(builder, builder.ptrtoint(meta, _LL64))
+    e = _Emit(builder, meta)
     nd = e.word(U_ND)
     base = builder.add(_c(U_HDR + nops), nd)
 
@@ -290,9 +290,9 @@ def first_row(typingctx, meta, t, offs, idx, nops):
     ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
 
     The same tasks as the built-in kernels, decoded by the same IR
-    (:func:`jitops.cpu.kernels.emit_task_span`). LLVM IR for ``nops`` operands (a literal; the loops over them
-    unrolled here): as compiled Python helpers this and :func:`next_row` cost 0.4-0.5 s of
-    the first user op's compile, which now only types two intrinsic calls.
+    (:func:`jitops.cpu.kernels.emit_task_span`). LLVM IR for ``nops`` operands (a literal;
+    the loops over them unrolled here): as compiled Python helpers this and :func:`next_row`
+    cost 0.4-0.5 s of the first user op's compile, which now only types two intrinsic calls.
     """
     n_ops = _literal(nops)
     if n_ops is None or not all(isinstance(a, types.CPointer) for a in (meta, offs, idx)):
@@ -335,8 +335,6 @@ def first_row(typingctx, meta, t, offs, idx, nops):
             for k in range(n_ops):
                 at = b.gep(offs_p, [_c(k)])
                 b.store(b.add(b.load(at), b.mul(i, stride(k, d))), at)
-        b.branch(e.done)  # the emitter's exit block, unused here, must not be left empty
-        b.position_at_end(e.done)
         return context.make_tuple(b, signature.return_type, [nrows, n, walk])
 
     return sig, codegen
@@ -613,7 +611,7 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
 
 
 KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}
-# the helpers too: a new user op in a new process then compiles only its own task
+# the drivers and the cached task (the walk and the checks are intrinsics, compiled into them)
 for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached):
     cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
 

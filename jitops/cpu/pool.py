@@ -371,7 +371,8 @@ class Pool:
     def ensure(self, workers: int) -> None:
         """Start workers until there are ``workers`` of them (called with the lock held)."""
         if len(self.threads) < workers:
-            registries.compile_with(lambda: _worker.compile((_I64, _I64)))  # here, not in the new threads
+            # here, not in the new threads
+            registries.compile_with(lambda: _worker.compile((_I64, _I64)))
         while len(self.threads) < workers:
             t = threading.Thread(target=_worker, args=(self.ctl, len(self.threads)),
                                  name=f"jitops-worker-{len(self.threads)}", daemon=True)
