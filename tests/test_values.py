@@ -428,6 +428,19 @@ def test_masked_arrays_are_refused_not_unmasked():
         jitops.add(np.ones(3), 1.0, out=out)
 
 
+def test_a_module_half_imported_by_another_thread_is_not_an_error(monkeypatch):
+    """``numpy.ma`` (or ``dask.array``) sits in ``sys.modules`` before its class exists while
+    another thread imports it: a call meanwhile computes, it does not fail on the missing
+    class (seen as an AttributeError beside a thread compiling Numba code)."""
+    import sys
+    import types
+
+    for name in ("numpy.ma", "dask.array"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))  # not yet initialised
+    x = np.arange(5.0)
+    np.testing.assert_array_equal(jitops.add(x, 1.0), x + 1.0)
+
+
 def test_an_error_inside_a_compiled_task_reaches_the_caller(tmp_path):
     """No silent kernel failure by construction: a scalar op that raises makes the call raise
     (serial and parallel drivers), it never returns with elements unwritten. The test op is

@@ -133,9 +133,11 @@ def normalize(broadcast: object, axis: object, act: object, fname: str
 
 def refuse_masked(v: object, name: str, fname: str) -> None:
     """A MaskedArray's mask is part of its meaning: never silently computed on its data.
-    (Without ``numpy.ma`` imported there is no MaskedArray: it is not imported here, ~30 ms.)"""
-    ma = sys.modules.get("numpy.ma")
-    if ma is not None and isinstance(v, ma.MaskedArray):
+    (Without ``numpy.ma`` imported there is no MaskedArray: it is not imported here, ~30 ms.
+    Nor is there one while another thread is still importing it: the module is in
+    ``sys.modules`` before its class is.)"""
+    masked = getattr(sys.modules.get("numpy.ma"), "MaskedArray", None)
+    if masked is not None and isinstance(v, masked):
         raise TypeError(f"jitops.{fname}: {name} is a numpy.ma.MaskedArray; jitops would drop its "
                         f"mask. Use numpy.ma's own ops, or pass {name}.filled(value) or "
                         f"{name}.data explicitly")

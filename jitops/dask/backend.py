@@ -19,9 +19,11 @@ from ..core.pipeline import LazyCall
 
 
 def is_dask_array(v: object) -> bool:
-    """Whether ``v`` is a ``dask.array.Array`` (False without importing Dask)."""
-    da = sys.modules.get("dask.array")
-    return da is not None and isinstance(v, da.Array)
+    """Whether ``v`` is a ``dask.array.Array`` (False without importing Dask; False too while
+    another thread is still importing it: the module is in ``sys.modules`` before its class
+    is, and no instance exists before the class)."""
+    array = getattr(sys.modules.get("dask.array"), "Array", None)
+    return array is not None and isinstance(v, array)
 
 
 def known_shape(v, name: str, fname: str) -> tuple[int, ...]:
