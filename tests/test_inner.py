@@ -3,11 +3,18 @@ in every new signature, and a Python call is a TypeError instead of a jump to ad
 
 from __future__ import annotations
 
+import ctypes
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
+from numba import types
 
 import jitops
-from jitops.cpu import jit, kernels, nary, pool, spec
+from jitops.cpu import jit, kernels, nary, pool, registries, spec
 
 
 def _inner_dispatchers():
@@ -63,3 +70,60 @@ def test_the_user_op_task_links_its_code_as_it_is():
     np.testing.assert_array_equal(jitops.subtract(a, b), a - b)
     assert not any(isinstance(c.library, jit._LinkedAsIsLibrary)
                    for c in kernels._task.overloads.values())
+
+
+def test_helpers_reach_machine_code_only_through_their_callers():
+    """Libraries compiled by jitops are lazy (jitops.cpu.jit.LazyLibrary): a helper's is
+    linked into its caller and never turned into machine code of its own; the caller's is,
+    once its address is asked for, with its environment pointer set as Numba sets it; and the
+    code is right."""
+    def add_one(a):
+        return a + 1
+
+    callee = jit.inner(add_one)
+
+    def twice_plus(a):
+        return callee(a) * 2
+
+    caller = jit.inner(twice_plus)
+    with registries.light():
+        caller.compile((types.int64,))
+    low, top = callee.overloads[(types.int64,)], caller.overloads[(types.int64,)]
+    assert isinstance(low.library, jit.LazyLibrary) and isinstance(top.library, jit.LazyLibrary)
+    assert low.library._lazy and top.library._lazy  # finalised, no machine code yet
+    addr = top.library.get_pointer_to_function(top.fndesc.llvm_func_name)
+    assert addr != 0
+    assert not top.library._lazy and low.library._lazy  # the helper never reaches the engine
+    engine = top.library.codegen._engine
+    env = engine.get_global_value_address(top.fndesc.env_name)
+    assert env and ctypes.c_void_p.from_address(env).value == id(top.environment)
+    # Numba's calling convention: status = fn(&result, &excinfo, args...)
+    fn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_int64), ctypes.c_void_p,
+                          ctypes.c_int64)(addr)
+    result, excinfo = ctypes.c_int64(0), ctypes.c_void_p(0)
+    assert fn(ctypes.byref(result), ctypes.byref(excinfo), 20) == 0
+    assert result.value == 42
+
+
+_LAZY = r"""
+import json
+import numpy as np
+import jitops
+from jitops.cpu import jit, kernels
+x = np.arange(7, dtype=np.int16)
+ok = bool((jitops.subtract(x, np.int16(3), act="relu") == np.maximum(x - 3, 0)).all())
+rows = [c.library._lazy for c in kernels._row.overloads.values()]
+tasks = [c.library._lazy for c in kernels._task.overloads.values()]
+print(json.dumps({"ok": ok, "rows": rows, "tasks": tasks}))
+"""
+
+
+def test_a_built_in_call_leaves_its_helpers_lazy(tmp_path):
+    """A built-in call compiled in a fresh process (empty cache): ``_row``'s library is
+    linked into the task and has no machine code of its own; the task's has."""
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _LAZY], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got == {"ok": True, "rows": [True], "tasks": [False]}

@@ -41,13 +41,13 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic, overload
+from numba.extending import intrinsic
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, parallel, pool, registries
-from .jit import ENTRY, INNER, inner
-from .spec import as_pointer, element, pointers, streams
+from .jit import ENTRY, inner
+from .spec import KernelSpecType, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
 
@@ -93,20 +93,104 @@ def _c(v: int):
     return ir.Constant(_LL64, v)
 
 
-@inner
-def _dim(meta, d):
-    """Size of iteration dim ``d`` (slowest first)."""
-    return meta[HDR + d]
+def _words(b, meta):
+    """``meta`` (an int64 pointer) as a reader of words (``i`` a Python int or an i64)."""
+    def word(i):
+        return b.load(b.gep(meta, [i if isinstance(i, ir.Value) else _c(i)]))
+    return word
 
 
-@inner
-def _strides(meta, nd, d):
-    """Element strides of out, x and y along iteration dim ``d``.
+def _emit_dim(b, meta, d):
+    """Size of iteration dim ``d`` (slowest first): LLVM IR."""
+    return _words(b, meta)(b.add(_c(HDR), d))
 
-    One function for the three operands, not one taking the operand: Numba compiles a
-    function once per *literal* argument value, so ``f(meta, nd, operand, d)`` would be three
-    compiles (each one a new signature's first call waits for)."""
-    return meta[HDR + nd + d], meta[HDR + 2 * nd + d], meta[HDR + 3 * nd + d]
+
+def _emit_strides(b, meta, nd, d):
+    """Element strides of out, x and y along iteration dim ``d``: LLVM IR."""
+    word = _words(b, meta)
+    return [word(b.add(b.add(_c(HDR), b.mul(_c(k), nd)), d)) for k in (1, 2, 3)]
+
+
+@intrinsic
+def dim(typingctx, meta, d):
+    """Size of iteration dim ``d`` (slowest first).
+
+    This and the walk below (:func:`strides`, :func:`unravel`, :func:`odometer_step`) are
+    LLVM IR: as compiled helpers they were three more Numba compiles (0.1 s) of the very first
+    call on an empty cache."""
+    sig = _I64(meta, _I64)
+
+    def codegen(context, builder, signature, args):
+        return _emit_dim(builder, args[0], args[1])
+
+    return sig, codegen
+
+
+@intrinsic
+def strides(typingctx, meta, nd, d):
+    """Element strides of out, x and y along iteration dim ``d``."""
+    sig = types.UniTuple(_I64, 3)(meta, _I64, _I64)
+
+    def codegen(context, builder, signature, args):
+        return context.make_tuple(builder, signature.return_type, _emit_strides(builder, *args))
+
+    return sig, codegen
+
+
+@intrinsic
+def unravel(typingctx, meta, nd, ndims, r, idx):
+    """Offsets ``(oo, xo, yo)`` of outer row ``r`` over dims ``0 .. ndims - 1`` (div/mod, once
+    per task), from the plan's offsets; fills the odometer ``idx``."""
+    sig = types.UniTuple(_I64, 3)(meta, _I64, _I64, _I64, idx)
+
+    def codegen(context, builder, signature, args):
+        meta, nd, ndims, r, idx = args
+        b, word = builder, _words(builder, meta)
+        offs = [cgutils.alloca_once_value(b, word(k)) for k in (M_OFF_O, M_OFF_X, M_OFF_Y)]
+        rest = cgutils.alloca_once_value(b, r)
+        with cgutils.for_range(b, ndims) as loop:
+            d = b.sub(b.sub(ndims, _c(1)), loop.index)  # innermost first
+            m, rv = _emit_dim(b, meta, d), b.load(rest)
+            i = b.srem(rv, m)
+            b.store(b.sdiv(rv, m), rest)
+            b.store(i, b.gep(idx, [d]))
+            for slot, st in zip(offs, _emit_strides(b, meta, nd, d)):
+                b.store(b.add(b.load(slot), b.mul(i, st)), slot)
+        return context.make_tuple(b, signature.return_type, [b.load(o) for o in offs])
+
+    return sig, codegen
+
+
+@intrinsic
+def odometer_step(typingctx, meta, nd, idx, oo, xo, yo):
+    """``(oo, xo, yo)`` one row on: the odometer ``idx`` over dims ``0 .. nd - 2`` steps its
+    last dim, carrying into the slower ones."""
+    sig = types.UniTuple(_I64, 3)(meta, _I64, idx, _I64, _I64, _I64)
+
+    def codegen(context, builder, signature, args):
+        meta, nd, idx, *start = args
+        b = builder
+        offs = [cgutils.alloca_once_value(b, v) for v in start]
+        done = b.append_basic_block("odometer.done")
+        count = b.select(b.icmp_signed(">", nd, _c(1)), b.sub(nd, _c(1)), _c(0))
+        with cgutils.for_range(b, count) as loop:
+            d = b.sub(b.sub(count, _c(1)), loop.index)  # nd - 2 down to 0
+            at = b.gep(idx, [d])
+            b.store(b.add(b.load(at), _c(1)), at)
+            sts = _emit_strides(b, meta, nd, d)
+            for slot, st in zip(offs, sts):
+                b.store(b.add(b.load(slot), st), slot)
+            m = _emit_dim(b, meta, d)
+            with b.if_then(b.icmp_signed("<", b.load(at), m)):
+                b.branch(done)
+            b.store(_c(0), at)
+            for slot, st in zip(offs, sts):
+                b.store(b.sub(b.load(slot), b.mul(m, st)), slot)
+        b.branch(done)
+        b.position_at_end(done)
+        return context.make_tuple(b, signature.return_type, [b.load(o) for o in offs])
+
+    return sig, codegen
 
 
 def _verified_data_offset() -> int:
@@ -197,13 +281,15 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         for j in range(n):
             o[oo + j * so] = element(spec, x[xo + j * sx], y[yo + j * sy])
         return
+    # (conditional expressions, not min(): each builtin is a Numba compile of its own)
+    staged = n if n < CHUNK else CHUNK
     if sx == 0:
         v = x[xo]
-        for i in range(min(n, CHUNK)):
+        for i in range(staged):
             xb[i] = v
     if sy == 0:
         w = y[yo]
-        for i in range(min(n, CHUNK)):
+        for i in range(staged):
             yb[i] = w
     if streams(spec):
         h = stream_head(o, oo, n)  # h == n: this row does not stream
@@ -214,10 +300,10 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     chunk = CHUNK if sx == 0 or sy == 0 else n
     j = 0
     while j < n:
-        m = min(chunk, n - j)
+        m = chunk if chunk < n - j else n - j
         hs = 0
         if j < h:  # the head is a chunk of its own
-            m = min(m, h - j)
+            m = m if m < h - j else h - j
             hs = m
         xq, xr = (xb, 0) if sx == 0 else (x, xo + j)
         yq, yr = (yb, 0) if sy == 0 else (y, yo + j)
@@ -228,21 +314,6 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             for i in range(hs, m):
                 stream_put(o, r + i, element(spec, xq[xr + i], yq[yr + i]))
         j += m
-
-
-@inner
-def _unravel(meta, nd, ndims, r, oo, xo, yo, idx):
-    """Offsets of outer row ``r`` over dims ``0 .. ndims - 1``; fills the odometer ``idx``."""
-    for d in range(ndims - 1, -1, -1):
-        n = _dim(meta, d)
-        i = r % n
-        r //= n
-        idx[d] = i
-        to, tx, ty = _strides(meta, nd, d)
-        oo += i * to
-        xo += i * tx
-        yo += i * ty
-    return oo, xo, yo
 
 
 @intrinsic
@@ -356,35 +427,42 @@ def _stage(buf, p, off, s_rows, s_cols, nrows, n, width):
             dst += width
 
 
-def stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+def _staged(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
+    """:func:`stage_tiles` of a tiled spec: an input that moves less down the rows than along
+    them is staged, read down its contiguous direction once; its tile rows are then contiguous
+    on the stack."""
+    xp, yp, xs, ys, xstep, ystep = x, y, sx, sy, sx0, sy0
+    width = meta[M_TILE_J]
+    if sx != 0 and abs(sx0) < abs(sx):
+        _stage(xt, x, xo, sx0, sx, nrows, n, width)
+        xp, xo, xs, xstep = xt, 0, 1, width
+    if sy != 0 and abs(sy0) < abs(sy):
+        _stage(yt, y, yo, sy0, sy, nrows, n, width)
+        yp, yo, ys, ystep = yt, 0, 1, width
+    return xp, yp, xo, yo, xs, ys, xstep, ystep
+
+
+@intrinsic
+def stage_tiles(typingctx, spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
     """Stage the inputs of a tiled task's tile that run across its rows; returns where and
-    how its rows read x and y: ``(xp, yp, xo, yo, xs, ys, xstep, ystep)``."""
+    how its rows read x and y: ``(xp, yp, xo, yo, xs, ys, xstep, ystep)``.
 
+    Per spec: a spec that is not tiled (a flag of its own) gets the operands as they are, in
+    IR, and never types or compiles the staging code (:func:`_staged`, compiled into the
+    task where the spec is tiled)."""
+    if not isinstance(spec, KernelSpecType):
+        return None
+    sig = types.Tuple((x, y) + (_I64,) * 6)(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy,
+                                            nrows, n)
 
-@overload(stage_tiles, jit_options=INNER)
-def _ov_stage_tiles(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
-    # Generated per spec: a spec that is not tiled (a flag of its own) gets the operands as
-    # they are and never types or compiles the staging code.
-    if not getattr(spec, "tiled", False):
-        def as_they_are(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
-            return x, y, xo, yo, sx, sy, sx0, sy0
+    def codegen(context, builder, signature, args):
+        if spec.tiled:
+            return context.compile_internal(builder, _staged, signature, args)
+        _, _, x, y, _, _, xo, yo, sx0, sx, sy0, sy, _, _ = args
+        return context.make_tuple(builder, signature.return_type,
+                                  [x, y, xo, yo, sx, sy, sx0, sy0])
 
-        return as_they_are
-
-    def staged(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
-        # An input that moves less down the rows than along them is staged: read down its
-        # contiguous direction once, its tile rows are then contiguous on the stack.
-        xp, yp, xs, ys, xstep, ystep = x, y, sx, sy, sx0, sy0
-        width = meta[M_TILE_J]
-        if sx != 0 and abs(sx0) < abs(sx):
-            _stage(xt, x, xo, sx0, sx, nrows, n, width)
-            xp, xo, xs, xstep = xt, 0, 1, width
-        if sy != 0 and abs(sy0) < abs(sy):
-            _stage(yt, y, yo, sy0, sy, nrows, n, width)
-            yp, yo, ys, ystep = yt, 0, 1, width
-        return xp, yp, xo, yo, xs, ys, xstep, ystep
-
-    return staged
+    return sig, codegen
 
 
 def emit_task_span(builder, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block,
@@ -457,19 +535,17 @@ def _task(spec, po, px, py, pmeta, t):
     idx = stack_words()  # this task's odometer (nd - 1 words used)
     nd = meta[M_ND]
     var = meta[M_VARIANT]
-    so, sx, sy = _strides(meta, nd, nd - 1)
+    so, sx, sy = strides(meta, nd, nd - 1)
     # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
-    so0, sx0, sy0 = _strides(meta, nd, nd - 2)
+    so0, sx0, sy0 = strides(meta, nd, nd - 2)
     tiled = var == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
     r, i0, j0, nrows, n = task_span(
         t, tiled, meta[M_NTI], meta[M_NTJ], meta[M_TILE_I], meta[M_TILE_J],
-        _dim(meta, max(nd - 2, 0)), _dim(meta, nd - 1), meta[M_NBLK], meta[M_BLOCK],
+        dim(meta, nd - 2 if nd > 2 else 0), dim(meta, nd - 1), meta[M_NBLK], meta[M_BLOCK],
         meta[M_ROWS_PER_TASK], meta[M_ROWS])
     # Unravel the first row (or the tile's outer index) once, with div/mod; the rows after it
     # are walked: along one dim in a tile, with the odometer otherwise.
-    step_dims = 1 if tiled else nd - 1
-    oo, xo, yo = _unravel(meta, nd, nd - 2 if tiled else nd - 1, r, meta[M_OFF_O],
-                          meta[M_OFF_X], meta[M_OFF_Y], idx)
+    oo, xo, yo = unravel(meta, nd, nd - 2 if tiled else nd - 1, r, idx)
     oo += i0 * so0 + j0 * so
     xo += i0 * sx0 + j0 * sx
     yo += i0 * sy0 + j0 * sy
@@ -478,27 +554,16 @@ def _task(spec, po, px, py, pmeta, t):
     # where the rows read x and y (the operands, or their staged tiles), and how they step
     xp, yp, xo, yo, xs, ys, xstep, ystep = stage_tiles(
         spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n)
+    walk = tiled or nd == 2
     for _ in range(nrows):
         # a tile buffer not holding a staged input holds a broadcast one's value
         _row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)
-        if step_dims == 1:  # rows along one dim (matrices, tiles): no odometer
+        if walk:  # rows along one dim (matrices, tiles): no odometer
             oo += so0
             xo += xstep
             yo += ystep
-            continue
-        for d in range(nd - 2, -1, -1):
-            idx[d] += 1
-            to, tx, ty = _strides(meta, nd, d)
-            oo += to
-            xo += tx
-            yo += ty
-            if idx[d] < _dim(meta, d):
-                break
-            m = _dim(meta, d)
-            idx[d] = 0
-            oo -= m * to
-            xo -= m * tx
-            yo -= m * ty
+        else:
+            oo, xo, yo = odometer_step(meta, nd, idx, oo, xo, yo)
     if streams(spec):
         store_fence()
     return 0

@@ -32,6 +32,8 @@ from numba.core import event
 from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
+from .jit import LazyLibrary
+
 #: Compiles retried under Numba's full refresh (see the module text).
 FALLBACKS = 0
 _STRICT = os.environ.get("JITOPS_STRICT_REGISTRIES", "") == "1"
@@ -85,6 +87,8 @@ def light():
         target, typing = cpu_target.target_context, cpu_target.typing_context
         target.load_additional_registries = MethodType(_light_target, target)
         typing.load_additional_registries = MethodType(_light_typing, typing)
+        cg = target.codegen()
+        cg._library_class = LazyLibrary  # machine code only where asked for (jitops.cpu.jit)
         _active = True
         try:
             yield
@@ -92,6 +96,7 @@ def light():
             _active = False
             del target.load_additional_registries
             del typing.load_additional_registries
+            del cg._library_class
 
 
 def compile_with(compile_fn: Callable[[], T], builtin: bool = True) -> T:

@@ -156,20 +156,19 @@ def address_of(typingctx, ptr):
     return sig, codegen
 
 
-def pointers(spec, po, px, py):
+@intrinsic
+def pointers(typingctx, spec, po, px, py):
     """(out, x, y) typed data pointers for ``spec``'s storage types."""
-
-
-@overload(pointers, jit_options=INNER)
-def _ov_pointers(spec, po, px, py):
     if not isinstance(spec, KernelSpecType):
         return None
-    to, tx, ty = (storage(np.dtype(n)) for n in (spec.out, spec.x, spec.y))
+    tys = [types.CPointer(storage(np.dtype(n))) for n in (spec.out, spec.x, spec.y)]
+    sig = types.Tuple(tys)(spec, po, px, py)
 
-    def impl(spec, po, px, py):
-        return as_pointer(po, to), as_pointer(px, tx), as_pointer(py, ty)
+    def codegen(context, builder, signature, args):
+        return context.make_tuple(builder, signature.return_type, [
+            builder.inttoptr(a, context.get_value_type(t)) for a, t in zip(args[1:], tys)])
 
-    return impl
+    return sig, codegen
 
 
 _JIT_CACHE: dict[object, object] = {}
@@ -183,14 +182,52 @@ def _jit(fn):
     return d
 
 
-@inner
-def _identity(v):
-    return v
+# The loads and stores below are intrinsics, not compiled functions: each of those was a Numba
+# compile of its own (0.01 s) that every new signature waited for.
+
+@intrinsic
+def _identity(typingctx, v):
+    """``v`` as it is (the load of a word that is its value)."""
+    sig = v(v)
+
+    def codegen(context, builder, signature, args):
+        return args[0]
+
+    return sig, codegen
 
 
-@inner
-def to_bool_byte(v):
-    return types.uint8(1) if v != 0 else types.uint8(0)
+@intrinsic
+def to_bool_byte(typingctx, v):
+    """1 where ``v`` is nonzero (NaN included), else 0, as a uint8 (NumPy's bool store)."""
+    if not isinstance(v, (types.Number, types.Boolean)):
+        return None
+    sig = types.uint8(v)
+
+    def codegen(context, builder, signature, args):
+        return builder.zext(context.is_true(builder, v, args[0]), ir.IntType(8))
+
+    return sig, codegen
+
+
+_CASTS: dict = {}
+
+
+def cast_to(ty):
+    """An intrinsic ``v -> ty(v)`` (Numba's number conversion, one per target type)."""
+    cast = _CASTS.get(ty)
+    if cast is None:
+        def store_as(typingctx, v):
+            if not isinstance(v, (types.Number, types.Boolean)):
+                return None
+
+            def codegen(context, builder, signature, args):
+                return context.cast(builder, args[0], v, ty)
+
+            return ty(v), codegen
+
+        store_as.__name__ = store_as.__qualname__ = f"store_as_{ty}"
+        cast = _CASTS[ty] = intrinsic(store_as)
+    return cast
 
 
 @intrinsic
@@ -244,11 +281,7 @@ def _ov_element(spec, a, b):
     elif spec.out == "bool":
         store = to_bool_byte
     else:
-        out_t = from_dtype(np.dtype(spec.out))
-
-        @inner
-        def store(v):
-            return out_t(v)
+        store = cast_to(from_dtype(np.dtype(spec.out)))
 
     if spec.act is None:
         def impl(spec, a, b):
