@@ -26,7 +26,7 @@ def _inner_dispatchers():
 
 def test_the_helpers_and_tasks_are_inner():
     names = {n for n, _ in _inner_dispatchers()}
-    for must in ("jitops.cpu.kernels._task", "jitops.cpu.kernels._row",
+    for must in ("jitops.cpu.kernels._task",
                  "jitops.cpu.nary._utask_cached",
                  "jitops.cpu.pool.run_job"):
         assert must in names
@@ -109,21 +109,22 @@ _LAZY = r"""
 import json
 import numpy as np
 import jitops
-from jitops.cpu import jit, kernels
+from jitops.core import scalar
+from jitops.cpu import jit, kernels, spec
 x = np.arange(7, dtype=np.int16)
 ok = bool((jitops.subtract(x, np.int16(3), act="relu") == np.maximum(x - 3, 0)).all())
-rows = [c.library._lazy for c in kernels._row.overloads.values()]
+ops = [c.library._lazy for c in spec._JIT_CACHE[scalar.OPS["subtract"]].overloads.values()]
 tasks = [c.library._lazy for c in kernels._task.overloads.values()]
-print(json.dumps({"ok": ok, "rows": rows, "tasks": tasks}))
+print(json.dumps({"ok": ok, "ops": ops, "tasks": tasks}))
 """
 
 
 def test_a_built_in_call_leaves_its_helpers_lazy(tmp_path):
-    """A built-in call compiled in a fresh process (empty cache): ``_row``'s library is
+    """A built-in call compiled in a fresh process (empty cache): the scalar op's library is
     linked into the task and has no machine code of its own; the task's has."""
     env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
     r = subprocess.run([sys.executable, "-c", _LAZY], env=env, capture_output=True, text=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
-    assert got == {"ok": True, "rows": [True], "tasks": [False]}
+    assert got == {"ok": True, "ops": [True], "tasks": [False]}

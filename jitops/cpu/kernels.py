@@ -5,7 +5,7 @@ most ``BLOCK`` elements of one row, or several whole short rows. ``_kernel_paral
 tasks under ``prange``; ``_kernel_serial`` runs the same tasks in a plain loop and is used below
 ``PARALLEL_THRESHOLD`` elements, where a parallel launch costs more than the work.
 
-Each row runs one of two loops, picked per row from its strides (:func:`_row`):
+Each row runs one of two loops, picked per row from its strides (:func:`row`):
 
 * the plan's ``contig``, ``scalar_x`` and ``scalar_y`` rows (out unit-stride, each input
   unit-stride or constant along the row: NumPy's ``BINARY_LOOP_FAST`` cases) run one
@@ -49,7 +49,7 @@ from . import cache, parallel, pool, registries
 from .jit import ENTRY, inner
 from .spec import KernelSpecType, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
-from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
+from .stream import STREAM_ALIGN, emit_stream_head, store_fence
 
 #: The plan's inner-loop variants as the kernels see them (compile-time constants).
 V_CONTIG, V_SCALAR_X, V_SCALAR_Y, V_STRIDED, V_TILED = 0, 1, 2, 3, 4
@@ -258,13 +258,19 @@ HEADER_OFFSETS = _verified_header_offsets()
 WRITEABLE = 0x0400
 
 
-#: Elements of a row computed per chunk: what a broadcast operand is staged to (see _row).
+#: Elements of a row computed per chunk: what a broadcast operand is staged to (see row).
 CHUNK = 1024
 assert CHUNK <= TILE_MAX and CHUNK % STREAM_ALIGN == 0  # fits the buffers; aligned chunks
 
 
-@inner
-def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
+def _emit_loop(b, start, stop, body):
+    """``for i in range(start, stop): body(i)`` (i64), as a canonical counted loop."""
+    with cgutils.for_range_slice(b, start, stop, _c(1), inc=True) as (i, _):
+        body(i)
+
+
+@intrinsic
+def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``,
     ``sx``, ``sy``).
 
@@ -273,47 +279,87 @@ def _row(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     all: a constant input is staged into its stack buffer (``xb``/``yb``, ``CHUNK``
     elements) and read like the others. The row runs in chunks; where the spec streams, the
     chunks after an aligned head write with non-temporal stores (jitops.cpu.stream), and
-    every chunk after the head starts aligned (``CHUNK`` elements span whole vectors). A
-    spec compiles the ordinary or the streaming loop, never both, plus the strided loop:
-    each vectorised loop is compile time a new signature pays.
+    every chunk after the head starts aligned (``CHUNK`` elements span whole vectors).
+
+    LLVM IR around one call of the spec's :func:`element` (typed here, its compiled code linked
+    in): as a compiled Python function this was 0.25-0.3 s of Numba typing and lowering that
+    every new signature waited for.
     """
-    if so != 1 or (sx != 0 and sx != 1) or (sy != 0 and sy != 1):
-        for j in range(n):
-            o[oo + j * so] = element(spec, x[xo + j * sx], y[yo + j * sy])
-        return
-    # (conditional expressions, not min(): each builtin is a Numba compile of its own)
-    staged = n if n < CHUNK else CHUNK
-    if sx == 0:
-        v = x[xo]
-        for i in range(staged):
-            xb[i] = v
-    if sy == 0:
-        w = y[yo]
-        for i in range(staged):
-            yb[i] = w
-    if streams(spec):
-        h = stream_head(o, oo, n)  # h == n: this row does not stream
-    else:
-        h = n
-    # only a staged (broadcast) input needs chunks the size of its buffer; other rows run
-    # in one piece (after the streaming head), so the vector loop is entered once per row
-    chunk = CHUNK if sx == 0 or sy == 0 else n
-    j = 0
-    while j < n:
-        m = chunk if chunk < n - j else n - j
-        hs = 0
-        if j < h:  # the head is a chunk of its own
-            m = m if m < h - j else h - j
-            hs = m
-        xq, xr = (xb, 0) if sx == 0 else (x, xo + j)
-        yq, yr = (yb, 0) if sy == 0 else (y, yo + j)
-        r = oo + j
-        for i in range(hs):
-            o[r + i] = element(spec, xq[xr + i], yq[yr + i])
-        if streams(spec):
-            for i in range(hs, m):
-                stream_put(o, r + i, element(spec, xq[xr + i], yq[yr + i]))
-        j += m
+    if not isinstance(spec, KernelSpecType):
+        return None
+    el_ty = typingctx.resolve_value_type(element)
+    el_sig = typingctx.resolve_function_type(el_ty, (spec, x.dtype, y.dtype), {})
+    if el_sig is None:
+        return None
+    sig = types.void(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb)
+    o_ty = o
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        sp, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb = args
+        impl = context.get_function(el_ty, el_sig)
+
+        def element_at(pa, pb):
+            return impl(b, (sp, b.load(pa), b.load(pb)))
+
+        def eq(a, v):
+            return b.icmp_signed("==", a, _c(v))
+
+        def smin(a, c):
+            return b.select(b.icmp_signed("<", a, c), a, c)
+
+        x_const, y_const = eq(sx, 0), eq(sy, 0)
+        fast = b.and_(eq(so, 1), b.and_(b.or_(x_const, eq(sx, 1)), b.or_(y_const, eq(sy, 1))))
+        with b.if_else(fast) as (vector, strided):
+            with strided:
+                def one(j):
+                    v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
+                                   b.gep(y, [b.add(yo, b.mul(j, sy))]))
+                    b.store(v, b.gep(o, [b.add(oo, b.mul(j, so))]))
+                _emit_loop(b, _c(0), n, one)
+            with vector:
+                staged = smin(n, _c(CHUNK))
+                for const, p, off, buf in ((x_const, x, xo, xb), (y_const, y, yo, yb)):
+                    with b.if_then(const):
+                        v = b.load(b.gep(p, [off]))
+                        _emit_loop(b, _c(0), staged,
+                                   lambda i, v=v, buf=buf: b.store(v, b.gep(buf, [i])))
+                h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n
+                # only a staged (broadcast) input needs chunks the size of its buffer; other
+                # rows run in one piece (after the streaming head)
+                chunk = b.select(b.or_(x_const, y_const), _c(CHUNK), n)
+                j = cgutils.alloca_once_value(b, _c(0))
+                cond = b.append_basic_block("row.chunk.cond")
+                body = b.append_basic_block("row.chunk.body")
+                after = b.append_basic_block("row.chunk.end")
+                b.branch(cond)
+                b.position_at_end(cond)
+                jv = b.load(j)
+                b.cbranch(b.icmp_signed("<", jv, n), body, after)
+                b.position_at_end(body)
+                jv = b.load(j)
+                m0 = smin(chunk, b.sub(n, jv))
+                in_head = b.icmp_signed("<", jv, h)
+                m = b.select(in_head, smin(m0, b.sub(h, jv)), m0)
+                hs = b.select(in_head, m, _c(0))
+                xq = b.select(x_const, xb, b.gep(x, [b.add(xo, jv)]))
+                yq = b.select(y_const, yb, b.gep(y, [b.add(yo, jv)]))
+                oq = b.gep(o, [b.add(oo, jv)])
+                _emit_loop(b, _c(0), hs, lambda i: b.store(
+                    element_at(b.gep(xq, [i]), b.gep(yq, [i])), b.gep(oq, [i])))
+                if spec.stream:
+                    def put(i):
+                        st = b.store(element_at(b.gep(xq, [i]), b.gep(yq, [i])),
+                                     b.gep(oq, [i]), align=STREAM_ALIGN)
+                        st.set_metadata("nontemporal", b.module.add_metadata(
+                            [ir.Constant(ir.IntType(32), 1)]))
+                    _emit_loop(b, hs, m, put)
+                b.store(b.add(jv, m), j)
+                b.branch(cond)
+                b.position_at_end(after)
+        return context.get_dummy_value()
+
+    return sig, codegen
 
 
 @intrinsic
@@ -523,7 +569,7 @@ def task_span(typingctx, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk,
 
 @inner
 def _task(spec, po, px, py, pmeta, t):
-    """Task ``t``: a run of rows (or one tile's rows), with one ``_row`` call site.
+    """Task ``t``: a run of rows (or one tile's rows), with one ``row`` call site.
 
     One call site keeps the compiled code small: every inlined copy of the four row loops is
     vectorised separately, and compile time (which a new signature pays) grows with them.
@@ -557,7 +603,7 @@ def _task(spec, po, px, py, pmeta, t):
     walk = tiled or nd == 2
     for _ in range(nrows):
         # a tile buffer not holding a staged input holds a broadcast one's value
-        _row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)
+        row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)
         if walk:  # rows along one dim (matrices, tiles): no odometer
             oo += so0
             xo += xstep

@@ -54,6 +54,21 @@ def stream_put(typingctx, ptr, index, value):
     return sig, codegen
 
 
+def emit_stream_head(context, builder, ptr_ty, ptr, index, n):
+    """LLVM IR of :func:`stream_head` (``ptr_ty`` the pointer's Numba type)."""
+    i64 = ir.IntType(64)
+    size = context.get_abi_sizeof(context.get_value_type(ptr_ty.dtype))
+    addr = builder.ptrtoint(builder.gep(ptr, [index]), i64)
+    gap = builder.and_(builder.neg(addr), ir.Constant(i64, STREAM_ALIGN - 1))
+    head = builder.udiv(gap, ir.Constant(i64, size))
+    exact = builder.icmp_unsigned("==", builder.urem(gap, ir.Constant(i64, size)),
+                                  ir.Constant(i64, 0))
+    # at least two vectors' worth after the head, else the ordinary loop does it all
+    enough = builder.icmp_signed(">=", builder.sub(n, head),
+                                 ir.Constant(i64, 2 * STREAM_ALIGN // size))
+    return builder.select(builder.and_(exact, enough), head, n)
+
+
 @intrinsic
 def stream_head(typingctx, ptr, index, n):
     """How many of the ``n`` elements from ``ptr[index]`` to write with ordinary stores before
@@ -64,17 +79,7 @@ def stream_head(typingctx, ptr, index, n):
     sig = types.int64(ptr, index, n)
 
     def codegen(context, builder, signature, args):
-        i64 = ir.IntType(64)
-        size = context.get_abi_sizeof(context.get_value_type(ptr.dtype))
-        addr = builder.ptrtoint(builder.gep(args[0], [args[1]]), i64)
-        gap = builder.and_(builder.neg(addr), ir.Constant(i64, STREAM_ALIGN - 1))
-        head = builder.udiv(gap, ir.Constant(i64, size))
-        exact = builder.icmp_unsigned("==", builder.urem(gap, ir.Constant(i64, size)),
-                                      ir.Constant(i64, 0))
-        # at least two vectors' worth after the head, else the ordinary loop does it all
-        enough = builder.icmp_signed(
-            ">=", builder.sub(args[2], head), ir.Constant(i64, 2 * STREAM_ALIGN // size))
-        return builder.select(builder.and_(exact, enough), head, args[2])
+        return emit_stream_head(context, builder, ptr, *args)
 
     return sig, codegen
 
