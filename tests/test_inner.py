@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -103,6 +104,30 @@ def test_helpers_reach_machine_code_only_through_their_callers():
     result, excinfo = ctypes.c_int64(0), ctypes.c_void_p(0)
     assert fn(ctypes.byref(result), ctypes.byref(excinfo), 20) == 0
     assert result.value == 42
+
+
+def test_machine_code_is_made_under_numba_compiler_lock():
+    """Turning a lazy library into machine code touches Numba's JIT engine, shared and not
+    thread-safe: it waits for Numba's compiler lock, held by any compile, also when the
+    address is asked for outside a compile (a task's, with the disk cache off)."""
+    from numba.core.compiler_lock import global_compiler_lock
+
+    def plus_two(a):
+        return a + 2
+
+    disp = jit.inner(plus_two)
+    with registries.light():
+        disp.compile((types.int64,))
+    cres = disp.overloads[(types.int64,)]
+    got = []
+    t = threading.Thread(target=lambda: got.append(
+        cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)))
+    with global_compiler_lock:  # as another thread's compile would
+        t.start()
+        t.join(0.5)
+        assert t.is_alive() and cres.library._lazy
+    t.join(30)
+    assert got and got[0] != 0 and not cres.library._lazy
 
 
 _LAZY = r"""

@@ -20,6 +20,7 @@ import weakref
 
 from numba.core import codegen
 from numba.core.compiler import Compiler, DefaultPassBuilder
+from numba.core.compiler_lock import global_compiler_lock
 from numba.core.compiler_machinery import register_pass
 from numba.core.registry import CPUDispatcher
 from numba.core.typed_passes import NativeLowering
@@ -79,15 +80,20 @@ class LazyLibrary(codegen.JITCodeLibrary):
         self._finalized = True
 
     def _materialize(self) -> None:
-        """Hand the final module to the engine and generate its machine code (once)."""
-        if not self._lazy:
-            return
-        self._lazy = False
-        self._codegen._add_module(self._final_module)
-        self._finalize_specific()
-        for name, env in self._pending_envs or ():
-            self._codegen.set_env(name, env)
-        self._pending_envs = None
+        """Hand the final module to the engine and generate its machine code (once).
+
+        Under Numba's compiler lock: the engine is shared by every compile and not
+        thread-safe, and an address may be asked for outside a compile (a task's, with the
+        disk cache off, where saving it would otherwise have made its code in the compile)."""
+        with global_compiler_lock:
+            if not self._lazy:
+                return
+            self._codegen._add_module(self._final_module)
+            self._finalize_specific()
+            self._lazy = False
+            for name, env in self._pending_envs or ():
+                self._codegen.set_env(name, env)
+            self._pending_envs = None
 
     @property
     def codegen(self):
