@@ -68,6 +68,27 @@ def test_no_private_name_crosses_the_core_backend_boundary():
     assert found == []
 
 
+def test_the_fast_import_scan_reads_what_the_syntax_tree_says():
+    """``sources.imports`` reads imports with regular expressions (75 ms less of ``import
+    jitops``): it finds every import the syntax tree has (more only where code in a string
+    looks like an import line, which at worst stamps an extra file), and the kernels' import
+    closure, which stamps the cache, is exactly the syntax tree's."""
+    for m in sources.all_modules():
+        assert sources.imports(m) >= sources.imports_from_ast(m), m
+
+    def closure(imports, root):
+        seen, todo = set(), [root]
+        while todo:
+            m = todo.pop()
+            if m not in seen:
+                seen.add(m)
+                todo.extend(imports(m))
+        return seen
+
+    for root in cache.KERNEL_MODULES:
+        assert closure(sources.imports, root) == closure(sources.imports_from_ast, root)
+
+
 def test_cache_stamp_covers_the_files_that_make_kernels():
     files = {f.replace("\\", "/").split("/jitops/")[-1] for f in cache.stamped_files()}
     for needed in ("cpu/kernels.py", "cpu/spec.py", "cpu/half.py", "core/scalar.py",

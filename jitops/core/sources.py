@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 from functools import cache
 
 PACKAGE = "jitops"
@@ -38,34 +39,74 @@ def all_modules() -> list[str]:
     return sorted(mods)
 
 
+_FROM = re.compile(r"^[ \t]*from[ \t]+(\.*)([\w.]*)[ \t]+import[ \t]+(\([^)]*\)|[^\n]*)", re.M)
+_IMPORT = re.compile(r"^[ \t]*import[ \t]+([^\n]*)", re.M)
+
+
+def _names(text: str) -> list[str]:
+    """The imported names of an import statement's tail (parentheses, comments, ``as``)."""
+    text = re.sub(r"#[^\n]*", "", text).strip("()")
+    return [n.split()[0] for n in text.replace("\n", " ").split(",") if n.strip()]
+
+
 @cache
 def imports(module: str) -> frozenset[str]:
     """The jitops modules ``module`` imports anywhere in its file (function bodies included,
-    since a deferred import is still a dependency)."""
+    since a deferred import is still a dependency).
+
+    Read with two regular expressions, not ``ast``: the kernel cache's stamp needs the import
+    closure of the kernel modules at ``import jitops``, and parsing those files took 75 ms of
+    it. The test suite checks this against the syntax tree (:func:`imports_from_ast`) for
+    every module."""
     path = module_file(module)
     if path is None:
         return frozenset()
-    is_pkg = path.endswith("__init__.py")
+    with open(path, encoding="utf-8") as f:
+        text = f.read().replace("\\\n", " ")
+    here = _package_of(module, path)
+    names = []
+    for dots, stem, tail in _FROM.findall(text):
+        stem = _absolute(here, len(dots), stem or None)
+        names += [stem] + [f"{stem}.{a}" for a in _names(tail)]
+    for tail in _IMPORT.findall(text):
+        names += _names(tail)
+    return _jitops_modules(module, names)
+
+
+def imports_from_ast(module: str) -> frozenset[str]:
+    """:func:`imports`, read from the syntax tree (the reference the tests compare with)."""
+    path = module_file(module)
+    if path is None:
+        return frozenset()
     with open(path, encoding="utf-8") as f:
         tree = ast.parse(f.read(), path)
-    here = module.split(".") if is_pkg else module.split(".")[:-1]
-    found = set()
+    here = _package_of(module, path)
+    names = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
+            names += [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = here[: len(here) - node.level + 1]
-                stem = ".".join(base + ([node.module] if node.module else []))
-            else:
-                stem = node.module or ""
+            stem = _absolute(here, node.level, node.module)
             # `from pkg import mod` names a module when mod is one
-            names = [stem] + [f"{stem}.{a.name}" for a in node.names]
-        else:
-            continue
-        for n in names:
-            if (n == PACKAGE or n.startswith(PACKAGE + ".")) and module_file(n) is not None:
-                found.add(n)
+            names += [stem] + [f"{stem}.{a.name}" for a in node.names]
+    return _jitops_modules(module, names)
+
+
+def _package_of(module: str, path: str) -> list[str]:
+    return module.split(".") if path.endswith("__init__.py") else module.split(".")[:-1]
+
+
+def _absolute(here: list[str], level: int, name: str | None) -> str:
+    """The absolute name of ``from <level dots><name> import ...`` written in package ``here``."""
+    if not level:
+        return name or ""
+    base = here[: len(here) - level + 1]
+    return ".".join(base + ([name] if name else []))
+
+
+def _jitops_modules(module: str, names: list[str]) -> frozenset[str]:
+    found = {n for n in names
+             if (n == PACKAGE or n.startswith(PACKAGE + ".")) and module_file(n) is not None}
     found.discard(module)
     return frozenset(found)
 
