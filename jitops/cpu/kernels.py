@@ -49,7 +49,7 @@ from . import cache, parallel, pool, registries
 from .jit import ENTRY, inner
 from .spec import KernelSpecType, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
-from .stream import STREAM_ALIGN, emit_stream_head, store_fence
+from .stream import STREAM_ALIGN, emit_stream_head, emit_stream_put, store_fence
 
 #: The plan's inner-loop variants as the kernels see them (compile-time constants).
 V_CONTIG, V_SCALAR_X, V_SCALAR_Y, V_STRIDED, V_TILED = 0, 1, 2, 3, 4
@@ -100,6 +100,50 @@ def _words(b, meta):
     return word
 
 
+def _smin(b, a, c):
+    """The smaller of two i64 values (LLVM IR)."""
+    return b.select(b.icmp_signed("<", a, c), a, c)
+
+
+def emit_unravel(b, r, ndims, dim, strides, slots, idx):
+    """LLVM IR: add to the offsets held in ``slots`` those of outer row ``r`` over dims
+    ``0 .. ndims - 1`` (div/mod, innermost first) and fill the odometer ``idx``. ``dim(d)``
+    is a dim's size, ``strides(d)`` the operands' strides along it (one per slot). Every
+    kernel family walks its rows with this and :func:`emit_odometer_step`."""
+    rest = cgutils.alloca_once_value(b, r)
+    with cgutils.for_range(b, ndims) as loop:
+        d = b.sub(b.sub(ndims, _c(1)), loop.index)  # innermost first
+        m, rv = dim(d), b.load(rest)
+        i = b.srem(rv, m)
+        b.store(b.sdiv(rv, m), rest)
+        b.store(i, b.gep(idx, [d]))
+        for slot, st in zip(slots, strides(d)):
+            b.store(b.add(b.load(slot), b.mul(i, st)), slot)
+
+
+def emit_odometer_step(b, nd, dim, strides, slots, idx, done):
+    """LLVM IR: the offsets in ``slots`` one row on; the odometer ``idx`` over dims
+    ``0 .. nd - 2`` steps its last dim, carrying into the slower ones. Ends positioned at
+    ``done`` (a block the caller may branch to as well)."""
+    def add(d, times):
+        for slot, st in zip(slots, strides(d)):
+            b.store(b.add(b.load(slot), b.mul(times, st)), slot)
+
+    count = b.select(b.icmp_signed(">", nd, _c(1)), b.sub(nd, _c(1)), _c(0))
+    with cgutils.for_range(b, count) as loop:
+        d = b.sub(b.sub(count, _c(1)), loop.index)  # nd - 2 down to 0
+        at = b.gep(idx, [d])
+        b.store(b.add(b.load(at), _c(1)), at)
+        add(d, _c(1))
+        m = dim(d)
+        with b.if_then(b.icmp_signed("<", b.load(at), m)):
+            b.branch(done)
+        b.store(_c(0), at)
+        add(d, b.neg(m))
+    b.branch(done)
+    b.position_at_end(done)
+
+
 def _emit_dim(b, meta, d):
     """Size of iteration dim ``d`` (slowest first): LLVM IR."""
     return _words(b, meta)(b.add(_c(HDR), d))
@@ -147,15 +191,8 @@ def unravel(typingctx, meta, nd, ndims, r, idx):
         meta, nd, ndims, r, idx = args
         b, word = builder, _words(builder, meta)
         offs = [cgutils.alloca_once_value(b, word(k)) for k in (M_OFF_O, M_OFF_X, M_OFF_Y)]
-        rest = cgutils.alloca_once_value(b, r)
-        with cgutils.for_range(b, ndims) as loop:
-            d = b.sub(b.sub(ndims, _c(1)), loop.index)  # innermost first
-            m, rv = _emit_dim(b, meta, d), b.load(rest)
-            i = b.srem(rv, m)
-            b.store(b.sdiv(rv, m), rest)
-            b.store(i, b.gep(idx, [d]))
-            for slot, st in zip(offs, _emit_strides(b, meta, nd, d)):
-                b.store(b.add(b.load(slot), b.mul(i, st)), slot)
+        emit_unravel(b, r, ndims, lambda d: _emit_dim(b, meta, d),
+                     lambda d: _emit_strides(b, meta, nd, d), offs, idx)
         return context.make_tuple(b, signature.return_type, [b.load(o) for o in offs])
 
     return sig, codegen
@@ -171,23 +208,9 @@ def odometer_step(typingctx, meta, nd, idx, oo, xo, yo):
         meta, nd, idx, *start = args
         b = builder
         offs = [cgutils.alloca_once_value(b, v) for v in start]
-        done = b.append_basic_block("odometer.done")
-        count = b.select(b.icmp_signed(">", nd, _c(1)), b.sub(nd, _c(1)), _c(0))
-        with cgutils.for_range(b, count) as loop:
-            d = b.sub(b.sub(count, _c(1)), loop.index)  # nd - 2 down to 0
-            at = b.gep(idx, [d])
-            b.store(b.add(b.load(at), _c(1)), at)
-            sts = _emit_strides(b, meta, nd, d)
-            for slot, st in zip(offs, sts):
-                b.store(b.add(b.load(slot), st), slot)
-            m = _emit_dim(b, meta, d)
-            with b.if_then(b.icmp_signed("<", b.load(at), m)):
-                b.branch(done)
-            b.store(_c(0), at)
-            for slot, st in zip(offs, sts):
-                b.store(b.sub(b.load(slot), b.mul(m, st)), slot)
-        b.branch(done)
-        b.position_at_end(done)
+        emit_odometer_step(b, nd, lambda d: _emit_dim(b, meta, d),
+                           lambda d: _emit_strides(b, meta, nd, d), offs, idx,
+                           b.append_basic_block("odometer.done"))
         return context.make_tuple(b, signature.return_type, [b.load(o) for o in offs])
 
     return sig, codegen
@@ -306,7 +329,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             return b.icmp_signed("==", a, _c(v))
 
         def smin(a, c):
-            return b.select(b.icmp_signed("<", a, c), a, c)
+            return _smin(b, a, c)
 
         x_const, y_const = eq(sx, 0), eq(sy, 0)
         fast = b.and_(eq(so, 1), b.and_(b.or_(x_const, eq(sx, 1)), b.or_(y_const, eq(sy, 1))))
@@ -348,12 +371,8 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                 _emit_loop(b, _c(0), hs, lambda i: b.store(
                     element_at(b.gep(xq, [i]), b.gep(yq, [i])), b.gep(oq, [i])))
                 if spec.stream:
-                    def put(i):
-                        st = b.store(element_at(b.gep(xq, [i]), b.gep(yq, [i])),
-                                     b.gep(oq, [i]), align=STREAM_ALIGN)
-                        st.set_metadata("nontemporal", b.module.add_metadata(
-                            [ir.Constant(ir.IntType(32), 1)]))
-                    _emit_loop(b, hs, m, put)
+                    _emit_loop(b, hs, m, lambda i: emit_stream_put(
+                        b, element_at(b.gep(xq, [i]), b.gep(yq, [i])), b.gep(oq, [i])))
                 b.store(b.add(jv, m), j)
                 b.branch(cond)
                 b.position_at_end(after)
@@ -517,7 +536,7 @@ def emit_task_span(builder, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nb
     b = builder
 
     def smin(a, c):
-        return b.select(b.icmp_signed("<", a, c), a, c)
+        return _smin(b, a, c)
 
     out = [cgutils.alloca_once_value(b, _c(0)) for _ in range(5)]  # r, i0, j0, nrows, n
     with b.if_else(tiled) as (then, otherwise):
@@ -628,6 +647,7 @@ class _Emit:
         # (status, out, x, y) results, in the entry block (registers after mem2reg)
         self.slots = [cgutils.alloca_once_value(builder, _c(0)) for _ in range(4)]
         self._done = None
+        self.word = _words(builder, self.meta)  # ``meta[i]`` (i a Python int or an i64)
 
     @property
     def done(self):
@@ -635,11 +655,6 @@ class _Emit:
         if self._done is None:
             self._done = self.b.append_basic_block("emit.done")
         return self._done
-
-    def word(self, i):
-        """``meta[i]`` (``i`` a Python int or an i64 value)."""
-        i = i if isinstance(i, ir.Value) else _c(i)
-        return self.b.load(self.b.gep(self.meta, [i]))
 
     def at(self, addr, off, ty=_LL64):
         """The ``ty`` word at ``addr + off``, as an i64 (sign-extended)."""

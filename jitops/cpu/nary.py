@@ -82,7 +82,9 @@ from .kernels import (
     WRITEABLE,
     _c,
     _Emit,
+    emit_odometer_step,
     emit_task_span,
+    emit_unravel,
     renamed,
     stack_words,
     task_geometry,
@@ -312,8 +314,7 @@ def first_row(typingctx, meta, t, offs, idx, nops):
         span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
                               word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
                               word(U_ROWS_PER_TASK), word(U_ROWS))
-        r = cgutils.alloca_once_value(b, span[0])
-        i0, j0, nrows, n = span[1:]
+        r, i0, j0, nrows, n = span
         last = b.sub(nd, _c(1))
         for k in range(n_ops):
             at = b.gep(offs_p, [_c(k)])
@@ -325,16 +326,9 @@ def first_row(typingctx, meta, t, offs, idx, nops):
         outer = b.select(tiled, b.sub(nd, _c(2)), last)
         walk = b.or_(tiled, cmp("==", nd, 2))
         # unravel the first row once (div/mod); the rows after it are walked
-        with cgutils.for_range(b, outer) as loop:
-            d = b.sub(b.sub(outer, _c(1)), loop.index)
-            m = word(b.add(_c(sh), d))
-            rv = b.load(r)
-            i = b.srem(rv, m)
-            b.store(b.sdiv(rv, m), r)
-            b.store(i, b.gep(idx_p, [d]))
-            for k in range(n_ops):
-                at = b.gep(offs_p, [_c(k)])
-                b.store(b.add(b.load(at), b.mul(i, stride(k, d))), at)
+        emit_unravel(b, r, outer, lambda d: word(b.add(_c(sh), d)),
+                     lambda d: [stride(k, d) for k in range(n_ops)],
+                     [b.gep(offs_p, [_c(k)]) for k in range(n_ops)], idx_p)
         return context.make_tuple(b, signature.return_type, [nrows, n, walk])
 
     return sig, codegen
@@ -353,30 +347,18 @@ def next_row(typingctx, meta, offs, idx, walk, nops):
         meta_p, offs_p, idx_p, walk, _ = args
         b = builder
         e, nd, stride = _walker(b, meta_p, n_ops)
-        word, cmp = e.word, e.cmp
         done = e.done
+        slots = [b.gep(offs_p, [_c(k)]) for k in range(n_ops)]
 
-        def add_strides(d, times):
-            for k in range(n_ops):
-                at = b.gep(offs_p, [_c(k)])
-                b.store(b.add(b.load(at), b.mul(times, stride(k, d))), at)
+        def strides(d):
+            return [stride(k, d) for k in range(n_ops)]
 
         with b.if_then(walk):
-            add_strides(b.sub(nd, _c(2)), _c(1))
+            for slot, st in zip(slots, strides(b.sub(nd, _c(2)))):
+                b.store(b.add(b.load(slot), st), slot)
             b.branch(done)
-        count = b.select(cmp(">", nd, 1), b.sub(nd, _c(1)), _c(0))
-        with cgutils.for_range(b, count) as loop:
-            d = b.sub(b.sub(count, _c(1)), loop.index)  # nd - 2 down to 0
-            at = b.gep(idx_p, [d])
-            b.store(b.add(b.load(at), _c(1)), at)
-            add_strides(d, _c(1))
-            m = word(b.add(_c(U_HDR + n_ops), d))
-            with b.if_then(cmp("<", b.load(at), m)):
-                b.branch(done)
-            b.store(_c(0), at)
-            add_strides(d, b.neg(m))
-        b.branch(done)
-        b.position_at_end(done)
+        emit_odometer_step(b, nd, lambda d: e.word(b.add(_c(U_HDR + n_ops), d)), strides,
+                           slots, idx_p, done)
         return context.get_dummy_value()
 
     return sig, codegen

@@ -37,6 +37,12 @@ STREAM_ALIGN = 32
 AVAILABLE = platform.machine().lower() in ("x86_64", "amd64")
 
 
+def emit_stream_put(builder, value, at):
+    """LLVM IR of :func:`stream_put`: store ``value`` at the pointer ``at``, non-temporally."""
+    st = builder.store(value, at, align=STREAM_ALIGN)
+    st.set_metadata("nontemporal", builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+
+
 @intrinsic
 def stream_put(typingctx, ptr, index, value):
     """``ptr[index] = value`` as a non-temporal store (vectorisable; see the module text)."""
@@ -45,10 +51,7 @@ def stream_put(typingctx, ptr, index, value):
     sig = types.void(ptr, index, value)
 
     def codegen(context, builder, signature, args):
-        p = builder.gep(args[0], [args[1]])
-        st = builder.store(args[2], p, align=STREAM_ALIGN)
-        st.set_metadata("nontemporal",
-                        builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)]))
+        emit_stream_put(builder, args[2], builder.gep(args[0], [args[1]]))
         return context.get_dummy_value()
 
     return sig, codegen
