@@ -117,6 +117,57 @@ TORCH_SCENARIOS = {
                 np.array_equal(jitops.subtract(x[::-1], x), x[::-1] - x)
         print(in_child(body))
     """,
+    # jitops' jobs ran on PyTorch's OpenMP team in the parent (jitops.cpu.omp); the child
+    # inherits that team without its threads: it must use jitops' own pool
+    "torch-team-then-fork": """
+        import time, torch, jitops
+        from jitops.cpu import omp, pool
+        x = np.arange(N, dtype=np.float32)
+        torch.add(torch.from_numpy(x), 1.0)
+        deadline = time.monotonic() + 30  # until a team thread is seen asleep (a busy machine)
+        while pool.AVAILABLE and not omp.team() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert np.array_equal(jitops.subtract(x, 3.0), x - 3.0)
+        if pool.AVAILABLE:  # (with JITOPS_POOL=0 Numba's layer runs every job)
+            assert omp.team() != 0 and pool.get().omp == omp.team(), omp.status()
+        def body():
+            ok = np.array_equal(jitops.add(x, 1.0), x + 1.0) and \
+                np.array_equal(jitops.subtract(x[::-1], x), x[::-1] - x)
+            return ok and omp.team() == 0 and pool.get().omp == 0
+        print(in_child(body))
+    """,
+    # PyTorch's team started in the parent, jitops imported in the child: the team cannot be
+    # known to be the child's own, so it is never used there, however long the child waits
+    "torch-team-then-fork-import-in-child": """
+        import time, torch
+        torch.add(torch.ones(N), 1.0); time.sleep(0.3)
+        def body():
+            import jitops
+            from jitops.cpu import omp, pool
+            x = np.arange(N, dtype=np.float32)
+            ok = True
+            for _ in range(3):
+                ok = ok and np.array_equal(jitops.add(x, 1.0), x + 1.0)
+                time.sleep(omp.RECHECK_S + 0.05)
+            return ok and omp.team() == 0 and pool.get().omp == 0
+        print(in_child(body))
+    """,
+    # jitops imported before PyTorch: the team is usable from the start (any team is started
+    # in this process), and a fork after it still leaves the child on the pool
+    "jitops-then-torch-then-fork": """
+        import jitops
+        import torch
+        from jitops.cpu import omp, pool
+        x = np.arange(N, dtype=np.float64)
+        assert np.array_equal(jitops.multiply(x, 2.0), x * 2.0)
+        if pool.AVAILABLE:  # (with JITOPS_POOL=0 Numba's layer runs every job)
+            assert omp.team() != 0, omp.status()
+            assert pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1  # the team ran the job
+        torch.add(torch.from_numpy(x), 1.0)
+        def body():
+            return np.array_equal(jitops.add(x, 1.0), x + 1.0) and omp.team() == 0
+        print(in_child(body))
+    """,
 }
 
 LAYERS = [None, "omp", "workqueue", "tbb"]

@@ -19,13 +19,21 @@ import pytest
 
 import jitops
 from jitops.core import config as _config
-from jitops.cpu import kernels, parallel, pool
+from jitops.cpu import kernels, omp, parallel, pool
 
 pytestmark = pytest.mark.skipif(not pool.AVAILABLE, reason="jitops' pool runs on Linux only")
 needs_two = pytest.mark.skipif(parallel.get_num_threads() < 2,
                                reason="one CPU: the pool has no worker")
 
 N = 16 * _config.PARALLEL_THRESHOLD
+
+
+@pytest.fixture(autouse=True)
+def _own_workers(monkeypatch):
+    """These tests are about the pool's own workers: never PyTorch's OpenMP team, which
+    jitops.cpu.omp picks where another test of this process imported PyTorch
+    (tests/test_omp_team.py covers that)."""
+    monkeypatch.setattr(omp, "team", lambda: 0)
 
 
 def _generation() -> int:

@@ -6,8 +6,10 @@ Python threads running a compiled loop without the GIL, spinning briefly and the
 after a job, sleeping on a futex when idle. It needs no threading layer, so none of Numba's
 hazards below apply: it survives fork (a child starts its own workers), any number of Python
 threads (one holds the pool, the others run their call serially), and PyTorch's or anyone's
-OpenMP runtime in the process (it is not OpenMP). :func:`threading_layer` then says
-``"jitops"``, and Numba's layer is never started by jitops.
+OpenMP runtime in the process (it is not OpenMP). Where PyTorch's GNU OpenMP runtime is loaded
+and known to be this process's own, the main thread's jobs run on PyTorch's team instead
+(:mod:`jitops.cpu.omp`), so that the two libraries' threads do not fight for the cores.
+:func:`threading_layer` then says ``"jitops"``, and Numba's layer is never started by jitops.
 
 Elsewhere (or with ``JITOPS_POOL=0``) jitops launches through Numba's threading layer, chosen
 by Numba at its first parallel launch from ``numba.config.THREADING_LAYER(_PRIORITY)``.
@@ -61,7 +63,7 @@ import numba
 import numpy as np
 from numba import types
 
-from . import pool
+from . import omp, pool
 
 _I64 = types.int64
 
@@ -388,7 +390,8 @@ def launch(family: dict, entry_point, sig: tuple, args: tuple, threads: int) -> 
         return entry_point(family["serial"], sig)(*args)
     try:
         workers = threads - 1
-        p.ensure(workers)
+        p.ensure(workers)  # (on PyTorch's OpenMP team too: they run jobs after a stall)
+        p.use_omp(omp.team())
         return entry_point(family["pooled"], sig + (_I64, _I64))(*args, p.ctl, workers)
     finally:
         p.lock.release()
@@ -449,4 +452,5 @@ def info() -> dict:
         "tbb_path": _state["tbb_path"],
         "openmp_runtimes": openmp_runtimes(),
         "pool_workers": len(pool.get().threads) if pool.AVAILABLE else 0,
+        "main_thread_jobs": omp.status() if pool.AVAILABLE else "Numba's threading layer",
     }

@@ -22,6 +22,13 @@ PyTorch's own OpenMP runtime for the cores. This pool keeps what each does well:
   state crosses a fork); Python threads launching at once never wait for each other: one
   holds the pool, the others run their call serially on their own thread.
 
+Where PyTorch's GNU OpenMP runtime is loaded and usable (:mod:`jitops.cpu.omp`), a job of the
+main thread is run by that runtime's team instead: :func:`run_job` publishes it the same way
+and calls ``GOMP_parallel`` with :func:`_omp_entry`, which claims tasks as a worker does. A
+team thread descheduled by another process's load holds the whole region (OpenMP joins
+threads, the pool joins tasks): a job that waited more than a quarter of its time for one
+with nothing left to do makes the next :data:`OMP_BACKOFF_JOBS` jobs run on the workers.
+
 The futex is reached through libc's ``syscall`` by address (kept in the control block, never
 in compiled code, so the on-disk cache stays valid across processes). Where that is not
 available (not Linux), :data:`AVAILABLE` is False and jitops launches through Numba's layer.
@@ -58,7 +65,10 @@ C_KIND, C_TASK, C_A, C_B, C_C, C_D, C_WORKERS = 56, 57, 58, 59, 60, 61, 62  # th
 C_SYSCALL, C_FUTEX_NR, C_YIELD_NR = 64, 65, 66  # libc syscall's address, the syscall numbers
 C_SPIN, C_YIELDS = 67, 68  # how long a worker waits for the next job before it sleeps
 C_BY_CALLER = 69  # tasks of the last job run by the launching thread (the rest: by workers)
+C_OMP, C_OMP_ENTRY = 70, 71  # GOMP_parallel of a shared OpenMP runtime (0: none), our entry
 C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of its own
+C_LAST_DONE = 73  # cycle counter when the last job's last task was counted done
+C_OMP_BACKOFF = 74  # jobs left to run on the pool's own workers after an OpenMP job stalled
 C_WORDS = 80
 
 #: Job kinds: what arguments the task function takes.
@@ -70,6 +80,10 @@ SPIN = int(os.environ.get("JITOPS_POOL_SPIN", 2000))
 #: ``sched_yield`` calls a worker makes after spinning, before it sleeps on the futex: a few
 #: milliseconds while the machine is otherwise idle, and no core taken from anyone else.
 YIELDS = int(os.environ.get("JITOPS_POOL_YIELDS", 4000))
+
+#: Jobs run on the pool's own workers after one on a shared OpenMP team waited more than a
+#: quarter of its time for a team thread that had nothing left to do (jitops.cpu.omp).
+OMP_BACKOFF_JOBS = int(os.environ.get("JITOPS_OMP_BACKOFF", 64))
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _FUTEX_NR, _YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
@@ -140,6 +154,33 @@ def pause(typingctx):
             builder.call(fn, [])
         return context.get_dummy_value()
     return types.void(), codegen
+
+
+@intrinsic
+def cycles(typingctx):
+    """The CPU's cycle counter (``rdtsc``; only compared within one job). x86 only: the
+    OpenMP route that reads it is (jitops.cpu.omp)."""
+    def codegen(context, builder, sig, args):
+        fn = builder.module.declare_intrinsic("llvm.readcyclecounter",
+                                              fnty=ir.FunctionType(_i64, []))
+        return builder.call(fn, [])
+    return _I64(), codegen
+
+
+@intrinsic
+def omp_parallel(typingctx, fn, entry, data, nthreads):
+    """``GOMP_parallel(entry, data, nthreads, 0)`` through GNU OpenMP's entry at address ``fn``:
+    ``entry(data)`` runs on ``nthreads`` threads of the runtime's team (this one included) and
+    returns when all have (jitops.cpu.omp)."""
+    def codegen(context, builder, sig, args):
+        vp = ir.IntType(8).as_pointer()
+        entry_ty = ir.FunctionType(ir.VoidType(), [vp]).as_pointer()
+        fnty = ir.FunctionType(ir.VoidType(), [entry_ty, vp, _i32, _i32])
+        f = builder.inttoptr(args[0], fnty.as_pointer())
+        builder.call(f, [builder.inttoptr(args[1], entry_ty), builder.inttoptr(args[2], vp),
+                         builder.trunc(args[3], _i32), ir.Constant(_i32, 0)])
+        return context.get_dummy_value()
+    return types.void(fn, entry, data, nthreads), codegen
 
 
 @intrinsic
@@ -252,7 +293,8 @@ def _claim_and_run(ctl):
                 failed += call_nary(task, a, b, k)
         if failed:
             fetch_add(ctl, C_FAILED, failed)
-        fetch_add(ctl, C_DONE, g)
+        if fetch_add(ctl, C_DONE, g) + g == (info & _LOW) and load(ctl, C_OMP) != 0:
+            store(ctl, C_LAST_DONE, cycles())  # when an OpenMP job's work was all done
         ran += g
 
 
@@ -272,13 +314,34 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
     store(ctl, C_CLAIMS, 0)
     gen = ((load(ctl, C_INFO) >> 32) + 1) & _LOW
     store(ctl, C_INFO, (gen << 32) | ntasks)
-    store(ctl, C_TICKET, gen << 32)  # tasks can be claimed from here on
-    exchange(ctl, C_SEQ, (load(ctl, C_SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
-    if workers > 0 and load(ctl, C_SLEEPERS) > 0:
-        _futex_wake(ctl)
-    store(ctl, C_BY_CALLER, _claim_and_run(ctl))
+    omp = load(ctl, C_OMP)
+    backoff = load(ctl, C_OMP_BACKOFF)
+    if omp != 0 and workers > 0 and backoff == 0:
+        # The team of the OpenMP runtime PyTorch shares with us runs the claims (see
+        # jitops.cpu.omp); the pool's own workers are not woken (the job word stays).
+        t0 = cycles()
+        exchange(ctl, C_TICKET, gen << 32)
+        omp_parallel(omp, load(ctl, C_OMP_ENTRY), ctl, workers + 1)
+        t1 = cycles()
+        store(ctl, C_BY_CALLER, -1)
+        # The region ends only when every team thread has returned: one descheduled by
+        # another process's load (a busy core) holds the job with no work left to do.
+        # Where that took over a quarter of the job, the pool (which waits for tasks, not
+        # threads) runs the next jobs, then the team is tried again.
+        if 4 * (t1 - load(ctl, C_LAST_DONE)) > t1 - t0:
+            store(ctl, C_OMP_BACKOFF, OMP_BACKOFF_JOBS)
+    else:
+        if omp != 0 and backoff > 0:
+            store(ctl, C_OMP_BACKOFF, backoff - 1)
+        store(ctl, C_TICKET, gen << 32)  # tasks can be claimed from here on
+        exchange(ctl, C_SEQ, (load(ctl, C_SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
+        if workers > 0 and load(ctl, C_SLEEPERS) > 0:
+            _futex_wake(ctl)
+        store(ctl, C_BY_CALLER, _claim_and_run(ctl))
+    # the last tasks, on other threads (in an OpenMP job too: a pool worker still inside
+    # _claim_and_run from the last job may have claimed some of this one)
     n = 0
-    while load(ctl, C_DONE) < ntasks:  # the last tasks, on other threads
+    while load(ctl, C_DONE) < ntasks:
         n += 1
         if n < load(ctl, C_SPIN):
             pause()
@@ -318,8 +381,25 @@ def _worker(ctl, index):
             _claim_and_run(ctl)
 
 
+def _omp_entry(ctl):
+    """What each thread of an OpenMP team runs for a job: claims, as a pool worker does."""
+    _claim_and_run(ctl)
+
+
+# C-callable (its cfunc wrapper is what GOMP_parallel calls); nothing calls it from Python
+_omp_entry = njit(nogil=True, error_model="numpy", no_cpython_wrapper=True)(_omp_entry)
+
 # compiled once per machine: a new process starts its workers at once
 cache.enable(_worker)
+cache.enable(_omp_entry)
+
+
+def omp_entry_address() -> int:
+    """Address of :func:`_omp_entry`'s C wrapper, ``void (void *ctl)`` (compiled once)."""
+    sig = (_I64,)
+    registries.compile_with(lambda: _omp_entry.compile(sig))
+    cres = _omp_entry.overloads[sig]
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
 
 
 # -- the Python side ----------------------------------------------------------------------------
@@ -367,6 +447,16 @@ class Pool:
         self.pid = current_pid()
         self.lock = threading.Lock()  # held by the one Python thread whose job is running
         self.threads: list[threading.Thread] = []
+        self.words = words
+        self.omp = 0  # what C_OMP holds
+
+    def use_omp(self, fn: int) -> None:
+        """Run the next jobs on the OpenMP runtime whose ``GOMP_parallel`` is at ``fn``, or on
+        the pool's own workers (``fn`` 0). Called with the lock held."""
+        if fn != self.omp:
+            if fn and not self.words[C_OMP_ENTRY]:
+                self.words[C_OMP_ENTRY] = omp_entry_address()
+            self.words[C_OMP] = self.omp = fn
 
     def ensure(self, workers: int) -> None:
         """Start workers until there are ``workers`` of them (called with the lock held)."""

@@ -1,0 +1,175 @@
+"""Sharing PyTorch's OpenMP team: jitops' parallel jobs run on it where that is safe.
+
+PyTorch's CPU wheels bring GNU OpenMP (their own ``libgomp``), whose worker threads spin for
+milliseconds after every PyTorch op. On a machine with few cores such a spinning thread holds
+the core jitops' own pool worker (:mod:`jitops.cpu.pool`) needs: measured on these 2-core
+machines, a 1e6-element subtract right after a PyTorch op took 1.5-1.9x its time alone. Two
+thread pools on the same cores can only take turns; one team cannot collide with itself. So
+where PyTorch's ``libgomp`` is loaded, jitops' main-thread jobs are run by that team
+(``GOMP_parallel`` with :func:`jitops.cpu.pool._omp_entry`, which claims tasks exactly as a
+pool worker does): the thread spinning after PyTorch's op picks up jitops' job at once, and
+the other way round. Measured: both within 1.15x of their time alone, op by op.
+
+GNU OpenMP cannot survive a fork: a child inherits the parent's team as data, without its
+threads, and its next parallel region waits for them forever (PyTorch's own ops hang there).
+So the team is used only where jitops knows it was not inherited:
+
+* never in a process forked after jitops was imported (an at-fork hook);
+* where PyTorch was imported after jitops, always otherwise: any team its runtime starts is
+  started in this process or seen by that hook;
+* where PyTorch was already imported when jitops was (this process may be a fork child of
+  one that ran PyTorch), only once a thread of this process is found asleep inside that
+  ``libgomp`` (``/proc/self/task/*/syscall``): a thread of the runtime's team, started in
+  this process. Until then (looked for at most every :data:`RECHECK_S`) the pool runs the job.
+
+Only the main thread uses the team (PyTorch's ops run there; another thread would make the
+runtime start a team of its own), and never with ``JITOPS_OMP=0``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import platform
+import sys
+import threading
+import time
+
+from . import pool
+
+#: Seconds between looks for a thread of PyTorch's team, while none has been seen.
+RECHECK_S = 0.25
+
+# x86-64 Linux: the stall check reads the cycle counter (jitops.cpu.pool.cycles)
+_ENABLED = (os.environ.get("JITOPS_OMP", "1").strip().lower() not in ("0", "off", "false", "no")
+            and sys.platform.startswith("linux")
+            and platform.machine().lower() in ("x86_64", "amd64") and pool.AVAILABLE)
+
+#: Whether PyTorch was imported before jitops (its team may have come from a forked parent).
+PRELOADED = "torch" in sys.modules
+
+_state = {
+    "forked": False,  # this process was forked after jitops was imported
+    "fn": None,  # GOMP_parallel's address in PyTorch's libgomp (0: none loaded), once looked up
+    "text": (),  # that library's code: (start, end) address ranges
+    "proven": not PRELOADED,  # a team thread of this process was seen (or none can be inherited)
+    "next_look": 0.0,
+}
+
+
+#: The main thread, the only one that uses the team (another would make the runtime start a
+#: second team); GOMP_parallel's address once the team is known usable, else 0.
+_MAIN = threading.main_thread().ident
+_ready = 0
+
+
+def _after_fork_in_child() -> None:
+    global _ready
+    _state["forked"] = True
+    _ready = 0
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def _torch_libgomp() -> tuple[int, tuple[tuple[int, int], ...]]:
+    """``GOMP_parallel``'s address in the GNU OpenMP library PyTorch loaded, and that
+    library's code ranges; (0, ()) where PyTorch has none loaded."""
+    torch = sys.modules.get("torch")
+    base = os.path.dirname(getattr(torch, "__file__", None) or "")
+    if not base or not sys.platform.startswith("linux"):
+        return 0, ()
+    for path in sorted(glob.glob(os.path.join(base, "lib", "libgomp*.so*"))):
+        try:  # RTLD_NOLOAD: only a library that is already loaded
+            lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
+            fn = ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value or 0
+        except (OSError, AttributeError):
+            continue
+        real = os.path.realpath(path)
+        text = []
+        try:
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 6 and "x" in parts[1] and os.path.realpath(parts[5]) == real:
+                        lo, hi = parts[0].split("-")
+                        text.append((int(lo, 16), int(hi, 16)))
+        except OSError:
+            text = []
+        if fn:
+            return fn, tuple(text)
+    return 0, ()
+
+
+def _team_thread_seen(text: tuple[tuple[int, int], ...]) -> bool:
+    """Whether another thread of this process sleeps in a system call made from ``text``
+    (the runtime's code): a team thread, so the team was started in this process."""
+    me = threading.get_native_id()
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for tid in tids:
+        if tid == str(me):
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/syscall") as f:
+                fields = f.read().split()
+        except OSError:
+            continue
+        if len(fields) < 3 or fields[0] == "running":
+            continue
+        try:
+            pc = int(fields[-1], 16)
+        except ValueError:
+            continue
+        if any(lo <= pc < hi for lo, hi in text):
+            return True
+    return False
+
+
+def team() -> int:
+    """``GOMP_parallel``'s address when this call's parallel job should run on PyTorch's
+    OpenMP team, else 0 (jitops' own pool)."""
+    global _ready
+    if threading.get_ident() != _MAIN:
+        return 0
+    if _ready:
+        return _ready
+    if not _ENABLED or "torch" not in sys.modules or _state["forked"]:
+        return 0
+    fn = _state["fn"]
+    if fn is None:
+        fn, _state["text"] = _torch_libgomp()
+        _state["fn"] = fn
+    if not fn:
+        return 0
+    if not _state["proven"]:
+        now = time.monotonic()
+        if now < _state["next_look"]:
+            return 0
+        _state["next_look"] = now + RECHECK_S
+        if not _team_thread_seen(_state["text"]):
+            return 0
+        _state["proven"] = True
+    _ready = fn
+    return fn
+
+
+def status() -> str:
+    """How parallel jobs of the main thread run, for ``python -m jitops info``."""
+    if threading.get_ident() == _MAIN:
+        team()
+    if not _ENABLED:
+        return "off (JITOPS_OMP=0, JITOPS_POOL=0, or not x86-64 Linux)"
+    if _state["forked"]:
+        return "jitops' pool (a forked process: PyTorch's OpenMP team may be the parent's)"
+    if "torch" not in sys.modules:
+        return "jitops' pool (PyTorch not imported)"
+    if not (_ready or _state["fn"]):
+        return "jitops' pool (PyTorch's GNU OpenMP runtime not found)"
+    if _ready:
+        return "PyTorch's OpenMP team"
+    return "jitops' pool until a thread of PyTorch's OpenMP team is seen in this process"

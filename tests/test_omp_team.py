@@ -1,0 +1,185 @@
+"""jitops' parallel jobs on PyTorch's OpenMP team (jitops.cpu.omp): NumPy's answers on every
+kernel family, failures still reported, only where the team is this process's own, only on
+the main thread, and back to jitops' pool when a team thread stalls the job.
+
+Each test runs in a fresh interpreter (what was imported first matters) with a timeout, so a
+hang fails instead of stalling the suite. The fork scenarios are in test_fork_threads.py.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+pytestmark = [
+    pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch CPU wheel not installed for this Python"),
+    pytest.mark.skipif(not sys.platform.startswith("linux")
+                       or platform.machine().lower() not in ("x86_64", "amd64"),
+                       reason="the OpenMP team is used on x86-64 Linux only"),
+    pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one CPU: no parallel jobs"),
+]
+
+_PRELUDE = """
+import time, numpy as np
+import torch
+import jitops
+from jitops.cpu import omp, pool
+jitops.set_num_threads(2)
+torch.set_num_threads(2)
+N = 1_000_000
+
+def on_team():
+    return pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1  # the team's mark on a job
+
+def no_backoff():
+    # a team thread woken late may count as a stall (the next jobs then run on the pool):
+    # these checks want the team itself
+    pool.get().words[pool.C_OMP_BACKOFF] = 0
+
+def start_team():
+    torch.add(torch.ones(N), 1.0)
+    # the team's threads go to sleep inside libgomp, where they are seen (looked for every
+    # omp.RECHECK_S; a busy machine may take a while)
+    deadline = time.monotonic() + 30
+    while not omp.team() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert omp.team() != 0, omp.status()
+"""
+
+
+def _run(code: str, env: dict | None = None) -> str:
+    e = dict(os.environ)
+    e.pop("JITOPS_OMP", None)
+    e.update(env or {})
+    res = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(code)], env=e,
+                         capture_output=True, text=True, timeout=180)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-3000:]
+    return res.stdout
+
+
+def test_every_kernel_family_on_the_team_gives_numpys_answer():
+    out = _run("""
+        assert omp.team() == 0  # PyTorch imported first and its team not yet seen
+        start_team()
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((1000, 1000)).astype(np.float32)
+        y = rng.standard_normal(1000).astype(np.float32)
+        checks = {
+            "contig": (lambda: jitops.subtract(x, x[::-1]), x - x[::-1]),
+            "scalar": (lambda: jitops.subtract(x, 3.0), x - np.float32(3.0)),
+            "row": (lambda: jitops.subtract(x, y), x - y),
+            "pdpd": (lambda: jitops.elementwise_sub(x, y, axis=0), x - y[:, None]),
+            "outer": (lambda: jitops.subtract(y[:, None], y[None, :]), y[:, None] - y[None, :]),
+            "tiled": (lambda: jitops.subtract(x.T, x), x.T - x),
+            "strided": (lambda: jitops.maximum(x[:, ::2], x[:, 1::2]),
+                        np.maximum(x[:, ::2], x[:, 1::2])),
+            "int8 wraps": (lambda: jitops.add(np.full(N, 100, np.int8), np.int8(100)),
+                           np.full(N, 100, np.int8) + np.int8(100)),
+            "float16": (lambda: jitops.multiply(x.astype(np.float16), y.astype(np.float16)),
+                        x.astype(np.float16) * y.astype(np.float16)),
+            "relu": (lambda: jitops.subtract(x, y, act="relu"), np.maximum(x - y, 0)),
+            "user op": (lambda: jitops.elementwise(lambda a, b, c: a * b + c)(x, x, y),
+                        x * x + y),
+        }
+        for name, (f, want) in checks.items():
+            no_backoff()
+            got = f()
+            assert on_team(), name
+            assert got.dtype == want.dtype and np.array_equal(got, want), name
+        div = jitops.elementwise(lambda a, b: a / b)
+        a = np.full(N, 1 + 1j)
+        b = np.ones(N, complex)
+        b[N // 2] = 0  # Numba's complex division raises inside a task: reported, not lost
+        no_backoff()
+        try:
+            div(a, b)
+        except RuntimeError as e:
+            assert "raised an exception inside the compiled" in str(e)
+            assert on_team()
+        else:
+            raise AssertionError("no error")
+        print("status:", omp.status())
+    """)
+    assert "status: PyTorch's OpenMP team" in out
+
+
+def test_imported_before_pytorch_the_team_is_used_at_once():
+    code = """
+        import sys, numpy as np
+        import jitops
+        from jitops.cpu import omp, pool
+        assert omp.team() == 0  # no PyTorch yet
+        import torch
+        assert omp.team() != 0, omp.status()
+        x = np.arange(1_000_000, dtype=np.float64)
+        assert np.array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
+        assert pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1
+        print("ok")
+    """
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=180)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+
+def test_other_threads_and_jitops_omp_0_use_the_pool():
+    _run("""
+        import threading
+        start_team()
+        x = np.arange(N, dtype=np.float64)
+        no_backoff()
+        jitops.add(x, 1.0)
+        assert on_team()
+        res = {}
+        def work():
+            res["r"] = jitops.add(x, 2.0)
+            res["team"] = on_team()
+        t = threading.Thread(target=work)
+        t.start(); t.join(60)
+        assert np.array_equal(res["r"], x + 2.0) and res["team"] is False
+    """)
+    _run("""
+        torch.add(torch.ones(N), 1.0)
+        time.sleep(0.3)
+        x = np.arange(N, dtype=np.float64)
+        assert np.array_equal(jitops.add(x, 1.0), x + 1.0)
+        assert omp.team() == 0 and not on_team() and "off" in omp.status()
+    """, env={"JITOPS_OMP": "0"})
+
+
+def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
+    """All threads on one CPU: a job's team thread then runs only when the other is off the
+    CPU, and the region waits for it with no work left. The job still gives the right
+    answer, the stall is seen, and the next jobs run on jitops' pool (which waits for tasks,
+    not threads) until the team is tried again."""
+    _run("""
+        import os
+        start_team()
+        x = np.arange(N, dtype=np.float32)
+        no_backoff()
+        assert np.array_equal(jitops.subtract(x, 1.0), x - 1.0) and on_team()
+        for tid in os.listdir("/proc/self/task"):  # every thread of this process: one CPU
+            os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
+        ctl = pool.get().ctl
+        stalled = False
+        for _ in range(40):
+            assert np.array_equal(jitops.subtract(x, 2.0), x - 2.0)
+            if pool.word(ctl, pool.C_OMP_BACKOFF) > 0:
+                stalled = True
+                break
+        assert stalled
+        left = pool.word(ctl, pool.C_OMP_BACKOFF)
+        assert np.array_equal(jitops.subtract(x, 3.0), x - 3.0)
+        assert not on_team() and pool.word(ctl, pool.C_OMP_BACKOFF) == left - 1
+    """)
