@@ -47,6 +47,7 @@ def no_backoff():
     # a team thread woken late may count as a stall (the next jobs then run on the pool):
     # these checks want the team itself
     pool.get().words[pool.C_OMP_BACKOFF] = 0
+    pool.get().words[pool.C_OMP_STALLS] = 0
 
 def start_team():
     torch.add(torch.ones(N), 1.0)
@@ -160,9 +161,9 @@ def test_other_threads_and_jitops_omp_0_use_the_pool():
 
 def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
     """All threads on one CPU: a job's team thread then runs only when the other is off the
-    CPU, and the region waits for it with no work left. The job still gives the right
-    answer, the stall is seen, and the next jobs run on jitops' pool (which waits for tasks,
-    not threads) until the team is tried again."""
+    CPU, and the region waits for it with no work left. The jobs still give the right
+    answer, the stalls are seen, and the next jobs run on jitops' pool (which waits for
+    tasks, not threads) until the team is tried again."""
     _run("""
         import os
         start_team()

@@ -26,8 +26,9 @@ Where PyTorch's GNU OpenMP runtime is loaded and usable (:mod:`jitops.cpu.omp`),
 main thread is run by that runtime's team instead: :func:`run_job` publishes it the same way
 and calls ``GOMP_parallel`` with :func:`_omp_entry`, which claims tasks as a worker does. A
 team thread descheduled by another process's load holds the whole region (OpenMP joins
-threads, the pool joins tasks): a job that waited more than a quarter of its time for one
-with nothing left to do makes the next :data:`OMP_BACKOFF_JOBS` jobs run on the workers.
+threads, the pool joins tasks): two jobs in a row that each waited more than a quarter of
+their time for one with nothing left to do make the next :data:`OMP_BACKOFF_JOBS` jobs run
+on the workers.
 
 The futex is reached through libc's ``syscall`` by address (kept in the control block, never
 in compiled code, so the on-disk cache stays valid across processes). Where that is not
@@ -68,7 +69,8 @@ C_BY_CALLER = 69  # tasks of the last job run by the launching thread (the rest:
 C_OMP, C_OMP_ENTRY = 70, 71  # GOMP_parallel of a shared OpenMP runtime (0: none), our entry
 C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of its own
 C_LAST_DONE = 73  # cycle counter when the last job's last task was counted done
-C_OMP_BACKOFF = 74  # jobs left to run on the pool's own workers after an OpenMP job stalled
+C_OMP_BACKOFF = 74  # jobs left to run on the pool's own workers after OpenMP jobs stalled
+C_OMP_STALLS = 75  # OpenMP jobs in a row that stalled
 C_WORDS = 80
 
 #: Job kinds: what arguments the task function takes.
@@ -81,8 +83,10 @@ SPIN = int(os.environ.get("JITOPS_POOL_SPIN", 2000))
 #: milliseconds while the machine is otherwise idle, and no core taken from anyone else.
 YIELDS = int(os.environ.get("JITOPS_POOL_YIELDS", 4000))
 
-#: Jobs run on the pool's own workers after one on a shared OpenMP team waited more than a
-#: quarter of its time for a team thread that had nothing left to do (jitops.cpu.omp).
+#: Jobs run on the pool's own workers after two in a row on a shared OpenMP team each waited
+#: more than a quarter of its time for a team thread with nothing left to do (jitops.cpu.omp).
+#: One such job is no sign: the first job after an idle spell waits for a sleeping team
+#: thread to wake up, and the next finds it awake.
 OMP_BACKOFF_JOBS = int(os.environ.get("JITOPS_OMP_BACKOFF", 64))
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
@@ -326,10 +330,16 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
         store(ctl, C_BY_CALLER, -1)
         # The region ends only when every team thread has returned: one descheduled by
         # another process's load (a busy core) holds the job with no work left to do.
-        # Where that took over a quarter of the job, the pool (which waits for tasks, not
-        # threads) runs the next jobs, then the team is tried again.
+        # Where that took over a quarter of two jobs in a row, the pool (which waits for
+        # tasks, not threads) runs the next jobs, then the team is tried again.
         if 4 * (t1 - load(ctl, C_LAST_DONE)) > t1 - t0:
-            store(ctl, C_OMP_BACKOFF, OMP_BACKOFF_JOBS)
+            if load(ctl, C_OMP_STALLS) >= 1:
+                store(ctl, C_OMP_STALLS, 0)
+                store(ctl, C_OMP_BACKOFF, OMP_BACKOFF_JOBS)
+            else:
+                store(ctl, C_OMP_STALLS, 1)
+        else:
+            store(ctl, C_OMP_STALLS, 0)
     else:
         if omp != 0 and backoff > 0:
             store(ctl, C_OMP_BACKOFF, backoff - 1)
