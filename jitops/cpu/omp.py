@@ -21,6 +21,11 @@ So the team is used only where jitops knows it was not inherited:
   one that ran PyTorch), only once a thread of this process is found asleep inside that
   ``libgomp`` (``/proc/self/task/*/syscall``): a thread of the runtime's team, started in
   this process. Until then (looked for at most every :data:`RECHECK_S`) the pool runs the job.
+  Where the interpreter shows it was forked (the main thread's recorded id is not the
+  process's, as Python up to 3.11 leaves it in a child), never. One case stays open: a fork
+  child of a process that ran PyTorch on its main thread, which imports jitops only after
+  the fork and runs PyTorch ops on another thread (whose own team is then seen) before a
+  large jitops call on the main thread, on a Python that updates the thread record.
 
 Only the main thread uses the team (PyTorch's ops run there; another thread would make the
 runtime start a team of its own), and never with ``JITOPS_OMP=0``.
@@ -147,6 +152,12 @@ def team() -> int:
     if not fn:
         return 0
     if not _state["proven"]:
+        if threading.main_thread().native_id != os.getpid():
+            # a fork child whose interpreter kept the parent's thread record (Python up to
+            # 3.11 does): whatever team threads it has, the main thread's team may be the
+            # parent's
+            _state["forked"] = True
+            return 0
         now = time.monotonic()
         if now < _state["next_look"]:
             return 0
