@@ -184,3 +184,25 @@ def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
         assert np.array_equal(jitops.subtract(x, 3.0), x - 3.0)
         assert not on_team() and pool.word(ctl, pool.C_OMP_BACKOFF) == left - 1
     """)
+
+
+def test_a_stand_in_torch_module_is_no_openmp_runtime():
+    """A test's mock in ``sys.modules["torch"]`` (no file, or a non-string one) means no team,
+    and the call runs on the pool as usual."""
+    code = """
+        import sys, types, numpy as np
+        from unittest import mock
+        sys.modules["torch"] = mock.MagicMock()
+        import jitops
+        from jitops.cpu import omp
+        x = np.arange(1_000_000, dtype=np.float64)
+        assert np.array_equal(jitops.add(x, 1.0), x + 1.0)
+        assert omp.team() == 0
+        sys.modules["torch"] = types.ModuleType("torch")
+        omp._state["fn"] = None
+        assert omp.team() == 0 and np.array_equal(jitops.add(x, 2.0), x + 2.0)
+        print("ok")
+    """
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                         text=True, timeout=180)
+    assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]

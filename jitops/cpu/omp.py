@@ -82,10 +82,10 @@ if hasattr(os, "register_at_fork"):
 def _torch_libgomp() -> tuple[int, tuple[tuple[int, int], ...]]:
     """``GOMP_parallel``'s address in the GNU OpenMP library PyTorch loaded, and that
     library's code ranges; (0, ()) where PyTorch has none loaded."""
-    torch = sys.modules.get("torch")
-    base = os.path.dirname(getattr(torch, "__file__", None) or "")
-    if not base or not sys.platform.startswith("linux"):
+    where = getattr(sys.modules.get("torch"), "__file__", None)
+    if not isinstance(where, str) or not where:  # a stand-in module (a test's mock): none
         return 0, ()
+    base = os.path.dirname(where)
     for path in sorted(glob.glob(os.path.join(base, "lib", "libgomp*.so*"))):
         try:  # RTLD_NOLOAD: only a library that is already loaded
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
