@@ -123,13 +123,20 @@ TORCH_SCENARIOS = {
         import time, torch, jitops
         from jitops.cpu import omp, pool
         x = np.arange(N, dtype=np.float32)
+        torch.set_num_threads(2)  # a team beside the main thread, whatever the load
         torch.add(torch.from_numpy(x), 1.0)
         deadline = time.monotonic() + 30  # until a team thread is seen asleep (a busy machine)
         while pool.AVAILABLE and not omp.team() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert np.array_equal(jitops.subtract(x, 3.0), x - 3.0)
         if pool.AVAILABLE:  # (with JITOPS_POOL=0 Numba's layer runs every job)
-            assert omp.team() != 0 and pool.get().omp == omp.team(), omp.status()
+            def seen():
+                lines = []
+                for tid in os.listdir("/proc/self/task"):
+                    with open(f"/proc/self/task/{tid}/syscall") as f:
+                        lines.append(tid + ": " + f.read().strip())
+                return (omp.status(), omp._state, torch.get_num_threads(), lines)
+            assert omp.team() != 0 and pool.get().omp == omp.team(), seen()
         def body():
             ok = np.array_equal(jitops.add(x, 1.0), x + 1.0) and \
                 np.array_equal(jitops.subtract(x[::-1], x), x[::-1] - x)
