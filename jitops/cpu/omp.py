@@ -14,7 +14,8 @@ GNU OpenMP cannot survive a fork: a child inherits the parent's team as data, wi
 threads, and its next parallel region waits for them forever (PyTorch's own ops hang there).
 So the team is used only where jitops knows it was not inherited:
 
-* never in a process forked after jitops was imported (an at-fork hook);
+* never in a process forked after jitops was imported (its pid is not the one jitops
+  was imported in);
 * where PyTorch was imported after jitops, always otherwise: any team its runtime starts is
   started in this process or seen by that hook;
 * where PyTorch was already imported when jitops was (this process may be a fork child of
@@ -54,14 +55,16 @@ _ENABLED = (os.environ.get("JITOPS_OMP", "1").strip().lower() not in ("0", "off"
 #: Whether PyTorch was imported before jitops (its team may have come from a forked parent).
 PRELOADED = "torch" in sys.modules
 
+#: The process jitops was imported in: a later fork is seen by comparing with
+#: :func:`jitops.cpu.pool.current_pid` (kept current by the pool's at-fork hook).
+_IMPORT_PID = os.getpid()
+
 _state = {
-    "forked": False,  # this process was forked after jitops was imported
     "fn": None,  # GOMP_parallel's address in PyTorch's libgomp (0: none loaded), once looked up
     "text": (),  # that library's code: (start, end) address ranges
-    "proven": not PRELOADED,  # a team thread of this process was seen (or none can be inherited)
+    "inherited": False,  # the interpreter shows a fork before jitops was imported
     "next_look": 0.0,
 }
-
 
 #: The main thread, the only one that uses the team (another would make the runtime start a
 #: second team); GOMP_parallel's address once the team is known usable, else 0.
@@ -69,14 +72,9 @@ _MAIN = threading.main_thread().ident
 _ready = 0
 
 
-def _after_fork_in_child() -> None:
-    global _ready
-    _state["forked"] = True
-    _ready = 0
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+def _forked() -> bool:
+    """Whether this process forked after jitops was imported, or shows an earlier fork."""
+    return pool.current_pid() != _IMPORT_PID or _state["inherited"]
 
 
 def _torch_libgomp() -> tuple[int, tuple[tuple[int, int], ...]]:
@@ -141,9 +139,9 @@ def team() -> int:
     global _ready
     if threading.get_ident() != _MAIN:
         return 0
-    if _ready:
+    if _ready and pool.current_pid() == _IMPORT_PID:
         return _ready
-    if not _ENABLED or "torch" not in sys.modules or _state["forked"]:
+    if not _ENABLED or "torch" not in sys.modules or _forked():
         return 0
     fn = _state["fn"]
     if fn is None:
@@ -151,12 +149,12 @@ def team() -> int:
         _state["fn"] = fn
     if not fn:
         return 0
-    if not _state["proven"]:
+    if PRELOADED:  # the team may be a forked parent's until one of its threads is seen here
         if threading.main_thread().native_id != os.getpid():
             # a fork child whose interpreter kept the parent's thread record (Python up to
             # 3.11 does): whatever team threads it has, the main thread's team may be the
             # parent's
-            _state["forked"] = True
+            _state["inherited"] = True
             return 0
         now = time.monotonic()
         if now < _state["next_look"]:
@@ -164,7 +162,6 @@ def team() -> int:
         _state["next_look"] = now + RECHECK_S
         if not _team_thread_seen(_state["text"]):
             return 0
-        _state["proven"] = True
     _ready = fn
     return fn
 
@@ -175,11 +172,11 @@ def status() -> str:
         team()
     if not _ENABLED:
         return "off (JITOPS_OMP=0, JITOPS_POOL=0, or not x86-64 Linux)"
-    if _state["forked"]:
+    if _forked():
         return "jitops' pool (a forked process: PyTorch's OpenMP team may be the parent's)"
     if "torch" not in sys.modules:
         return "jitops' pool (PyTorch not imported)"
-    if not (_ready or _state["fn"]):
+    if not _state["fn"]:
         return "jitops' pool (PyTorch's GNU OpenMP runtime not found)"
     if _ready:
         return "PyTorch's OpenMP team"

@@ -483,7 +483,7 @@ class Pool:
         """Let the workers return (at interpreter exit), and wait briefly for them."""
         if not self.threads or self.pid != current_pid():
             return
-        words = np.ctypeslib.as_array((ctypes.c_int64 * C_WORDS).from_address(self.ctl))
+        words = self.words
         with self.lock:
             words[C_STOP] = 1
             words[C_WORKERS] = 0
