@@ -79,7 +79,7 @@ def _info() -> int:
 
     import jitops
     from jitops.core import device
-    from jitops.cpu import cache, kernels, parallel
+    from jitops.cpu import cache, kernels, parallel, recycle
 
     jitops.add(np.ones(1 << 17), 1.0)  # run a parallel kernel so the layer is the real one
     th = parallel.info()
@@ -98,10 +98,18 @@ def _info() -> int:
         ("openmp loaded", ", ".join(th["openmp_runtimes"]) or "none"),
         ("cuda", "available" if why is None else f"not available: {why}"),
         ("kernel cache", cache.location(kernels.KERNELS["serial"]) or "off"),
+        ("result memory", _recycling(recycle.status())),
     ]
     for k, v in rows:
         print(f"{k:>16}: {v}")
     return 0
+
+
+def _recycling(st: dict) -> str:
+    if not st["enabled"]:
+        return "new for every result (recycling off)"
+    return (f"results of {st['min_bytes'] >> 20} MiB or more reuse idle buffers (up to "
+            f"{st['cap_bytes'] >> 20} MiB followed; {st['idle_bytes'] >> 20} MiB idle now)")
 
 
 def main(argv: list[str] | None = None) -> int:

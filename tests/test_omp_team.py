@@ -180,7 +180,7 @@ def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
             os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
         ctl = pool.get().ctl
         stalled = False
-        for _ in range(40):
+        for _ in range(400):  # a loaded machine (the suite's other worker) may take long
             assert np.array_equal(jitops.subtract(x, 2.0), x - 2.0)
             if pool.word(ctl, pool.C_OMP_BACKOFF) > 0:
                 stalled = True

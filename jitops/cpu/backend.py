@@ -17,7 +17,7 @@ import numpy as np
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
-from . import kernels, nary, parallel, registries
+from . import kernels, nary, parallel, recycle, registries
 from .spec import KernelSpec
 
 _I64 = numba.types.int64
@@ -40,6 +40,9 @@ def _byte_layout(shape, elem_strides, dtype: np.dtype) -> tuple[int, ...] | None
 
 
 def _new_array(shape, dtype: np.dtype, byte_strides) -> np.ndarray:
+    nbytes = math.prod(shape) * dtype.itemsize
+    if nbytes >= config.RECYCLE_MIN_BYTES:  # large: memory another result no longer uses
+        return recycle.empty(shape, dtype, byte_strides, nbytes)
     if byte_strides is None:
         return np.empty(shape, dtype)
     buf = np.empty(math.prod(shape), dtype)
