@@ -3,6 +3,7 @@
 The cases every backend shares are in tests/test_spec.py (run on each backend); these are the
 rest, on host arrays: more dtypes and operand kinds, read-only ``out``, device spellings."""
 
+import os
 
 import numpy as np
 import pytest
@@ -57,3 +58,32 @@ def test_cuda_without_gpu_is_a_runtime_error_not_a_fallback():
         jitops.add(X, X, device="cuda")
     with pytest.raises(RuntimeError, match="CUDA was requested"):
         jitops.add(X, X, device="cuda:1")
+
+
+@pytest.mark.parametrize("name, value, says", [
+    ("JITOPS_BLOCK", "abc", "JITOPS_BLOCK must be an integer, got 'abc'"),
+    ("JITOPS_STREAM_BYTES", "1.5", "JITOPS_STREAM_BYTES must be an integer"),
+    ("JITOPS_POOL_SPIN", "-1", "JITOPS_POOL_SPIN must be at least 0, got -1"),
+    ("JITOPS_TILE_J", "0", "JITOPS_TILE_J must be at least 1, got 0"),
+    ("JITOPS_RECYCLE_MB", "lots", "JITOPS_RECYCLE_MB must be an integer"),
+])
+def test_a_bad_tunable_in_the_environment_is_named_at_import(name, value, says):
+    import subprocess
+    import sys
+    env = dict(os.environ, **{name: value})
+    p = subprocess.run([sys.executable, "-c", "import jitops"], env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode != 0 and f"ValueError: {says}" in p.stderr, p.stderr[-1500:]
+
+
+def test_a_blank_tunable_means_its_default():
+    import subprocess
+    import sys
+    env = dict(os.environ, JITOPS_STREAM_BYTES="", JITOPS_BLOCK=" ", JITOPS_RECYCLE_MB="")
+    code = ("from jitops.core import config; import jitops, numpy as np; "
+            "assert config.BLOCK == 65536 and config.RECYCLE_BYTES == 256 << 20; "
+            "assert config.STREAM_BYTES == config._last_level_cache_bytes(); "
+            "print(jitops.add(np.ones(3), 1.0))")
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "[2. 2. 2.]" in p.stdout, p.stderr[-1500:]

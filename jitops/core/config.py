@@ -4,15 +4,36 @@ from __future__ import annotations
 
 import os
 
+
+def env_int(name: str, default: int, minimum: int = 0) -> int:
+    """The integer environment variable ``name``, ``default`` when unset or blank.
+
+    Raises
+    ------
+    ValueError
+        If it is set to anything but an integer of at least ``minimum`` (naming the variable:
+        a bare ``int()`` error at import would not say which one).
+    """
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise ValueError(f"{name} must be an integer, got {text!r}") from None
+    if value < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
 #: Below this many output elements the serial kernel runs: a parallel launch costs 1-5 us,
 #: more than the whole job (PyTorch's GRAIN_SIZE is 32768; measured here, see benchmarks/).
-PARALLEL_THRESHOLD = int(os.environ.get("JITOPS_PARALLEL_THRESHOLD", 65536))
+PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 
 #: Inner-loop block: one parallel task walks at most this many elements of a row, or packs
 #: whole short rows up to about this many elements. Big enough to amortise the per-task row
 #: setup (measured: 16384 cost 5-10% on broadcasts against 65536), small enough that every
 #: thread gets several tasks; never below BLOCK_MIN.
-BLOCK = int(os.environ.get("JITOPS_BLOCK", 65536))
+BLOCK = env_int("JITOPS_BLOCK", 65536, 1)
 BLOCK_MIN = 4096
 
 #: Tile of the ``tiled`` variant (rows x columns of the two innermost dims), for operands that
@@ -22,7 +43,7 @@ BLOCK_MIN = 4096
 #: same cache lines -- 8 x 512 gave 14 ms for float32 (10x NumPy) against 27-34 ms for
 #: 32 x 32, and was the best or near it for int8, int16 and float64 too. At most
 #: ``jitops.cpu.kernels.TILE_MAX`` elements (a staged tile lives on the task's stack).
-TILE = (int(os.environ.get("JITOPS_TILE_I", 8)), int(os.environ.get("JITOPS_TILE_J", 512)))
+TILE = (env_int("JITOPS_TILE_I", 8, 1), env_int("JITOPS_TILE_J", 512, 1))
 
 
 def _last_level_cache_bytes(default: int = 32 << 20) -> int:
@@ -44,7 +65,7 @@ def _last_level_cache_bytes(default: int = 32 << 20) -> int:
 #: Outputs of at least this many bytes are written with non-temporal stores (jitops.cpu.stream):
 #: the last-level cache's size, since a larger output cannot stay cached for its next reader
 #: anyway and its read-for-ownership is pure cost. 0 turns streaming off.
-STREAM_BYTES = int(os.environ.get("JITOPS_STREAM_BYTES", _last_level_cache_bytes()))
+STREAM_BYTES = env_int("JITOPS_STREAM_BYTES", _last_level_cache_bytes())
 
 
 def cache_enabled() -> bool:
@@ -70,15 +91,15 @@ def cache_dir() -> str:
 
 #: CUDA launch configuration (one place; tests patch it small). Kernels are grid-stride loops,
 #: so the block cap only bounds the launch, never the size handled.
-CUDA_THREADS_PER_BLOCK = int(os.environ.get("JITOPS_CUDA_THREADS_PER_BLOCK", 256))
-CUDA_MAX_BLOCKS = int(os.environ.get("JITOPS_CUDA_MAX_BLOCKS", 65535))
+CUDA_THREADS_PER_BLOCK = env_int("JITOPS_CUDA_THREADS_PER_BLOCK", 256, 1)
+CUDA_MAX_BLOCKS = env_int("JITOPS_CUDA_MAX_BLOCKS", 65535, 1)
 
 #: New results of at least this many bytes take their memory from jitops.cpu.recycle, which
 #: hands a large buffer that no array uses any more to the next result of its size instead of
 #: new pages the kernel must fault in and zero (4.5 ms of a 1e7 float32 subtract's 8 ms here).
 #: glibc's malloc already reuses freed blocks below its largest mmap threshold (32 MiB), where
 #: new and out= results measured the same.
-RECYCLE_MIN_BYTES = int(os.environ.get("JITOPS_RECYCLE_MIN_BYTES", 16 << 20))
+RECYCLE_MIN_BYTES = env_int("JITOPS_RECYCLE_MIN_BYTES", 16 << 20, 1)
 #: The most bytes of buffers recycling follows, in use or idle (so idle ones never hold more);
 #: the least recently handed out go first. 0 turns recycling off.
-RECYCLE_BYTES = int(os.environ.get("JITOPS_RECYCLE_MB", 256)) << 20
+RECYCLE_BYTES = env_int("JITOPS_RECYCLE_MB", 256) << 20

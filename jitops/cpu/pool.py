@@ -49,6 +49,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.extending import intrinsic
 
+from ..core.config import env_int
 from . import cache, registries
 from .jit import ENTRY, inner
 
@@ -78,16 +79,16 @@ KIND_BINARY = 0  # _task(spec, po, px, py, pmeta, t) of the built-in ops
 KIND_NARY = 1  # _utask(spec, pptrs, pmeta, t) of the user ops
 
 #: Pause instructions a worker spins after a job before it yields: ~50 us on x86.
-SPIN = int(os.environ.get("JITOPS_POOL_SPIN", 2000))
+SPIN = env_int("JITOPS_POOL_SPIN", 2000)
 #: ``sched_yield`` calls a worker makes after spinning, before it sleeps on the futex: a few
 #: milliseconds while the machine is otherwise idle, and no core taken from anyone else.
-YIELDS = int(os.environ.get("JITOPS_POOL_YIELDS", 4000))
+YIELDS = env_int("JITOPS_POOL_YIELDS", 4000)
 
 #: Jobs run on the pool's own workers after two in a row on a shared OpenMP team each waited
 #: more than a quarter of its time for a team thread with nothing left to do (jitops.cpu.omp).
 #: One such job is no sign: the first job after an idle spell waits for a sleeping team
 #: thread to wake up, and the next finds it awake.
-OMP_BACKOFF_JOBS = int(os.environ.get("JITOPS_OMP_BACKOFF", 64))
+OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _FUTEX_NR, _YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
