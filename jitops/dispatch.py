@@ -13,11 +13,12 @@ the first call settled on. A NumPy scalar is the 0-d array the pipeline would ma
 Integer ``elementwise_div`` repeats only once y is found free of zeros (the pipeline raises
 ZeroDivisionError before writing).
 
-A serial repeat with the very same objects as the public function's last call skips even the
-key (:func:`_remember`): the kernel is handed a meta with header checks and verifies that each
+A repeat with the very same objects as the public function's last call skips even the key
+(:func:`_remember`): the kernel is handed a meta with header checks and verifies that each
 object still is an ndarray of that exact type, dtype object, shape and strides (an array
 reshaped or retyped in place, or another object at a reused address, is refused and goes the
-keyed way).
+keyed way). A parallel repeat is remembered with the thread count its meta is balanced for,
+and taken only while the calling thread's count is still that.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ from .dask import backend as dask
 _ND = np.ndarray
 _OK = cpu.OK
 _ref = cpu.ref
+_num_threads = parallel.num_threads
+_launch = parallel.launch
+_drivers, _KERNELS, _SIG = cpu.drivers, cpu.kernels.KERNELS, cpu.SIG
 #: The kernels read out's writeable flag themselves (jitops.cpu.kernels.FLAGS_OFFSET): a
 #: repeat need not ask for ``out.flags`` (a new flags object per call).
 _FLAGS_CHECKED = cpu.FLAGS_CHECKED
@@ -74,10 +78,18 @@ def public_op(op: str, fname: str):
             # check that each object still is that ndarray (type, dtype, shape, strides).
             launch = m[6]
             target = out if out is not None else launch.new_output()
-            status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y), m[7])
+            threads = m[9]
+            if threads == 1:
+                status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y), m[7])
+            elif _num_threads() == threads:  # a parallel repeat: the same launch, one frame
+                status = _launch(_drivers(_KERNELS, _SIG),
+                                 (launch.task, _ref(target), _ref(x), _ref(y), m[7]), threads)
+            else:  # another thread count now (threads(n), set_num_threads): the key
+                status = None
             if status == _OK:
                 return target
-            launch.check(status, fname, out)  # raises if a task failed
+            if status is not None:
+                launch.check(status, fname, out)  # raises if a task failed
             # not those arrays any more (or misaligned, overlapping, read-only): the key
         if device is None and type(axis) is int:
             tx, ty = type(x), type(y)
@@ -107,6 +119,11 @@ def public_op(op: str, fname: str):
                                 return target
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:
+                            if not launch.zero_check:
+                                threads = parallel.num_threads()
+                                if threads > 1:
+                                    memo[0] = _remember(key, launch, target, x, y, out,
+                                                        broadcast, axis, act, threads)
                             return target
                         # misaligned, overlapping, out read-only or a zero divisor this time:
                         # the careful path (which raises where it must)
@@ -131,21 +148,24 @@ _MEMOS: list = []
 _HEADERS: dict = {}
 
 
-def _remember(key, launch, target, x, y, out, broadcast, axis, act):
-    """The memo entry of a serial repeat that just ran: the identity of its arguments, and a
-    meta whose header checks (jitops.cpu.kernels.header_checks) let the kernel verify that
-    objects with those identities are still the same kind of ndarray. The keyed path costs
-    ~0.6 us more per call (building and hashing the key). None where headers cannot be read.
+def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1):
+    """The memo entry of a repeat that just ran: the identity of its arguments, and a meta
+    (balanced for ``threads``, 1 for a serial launch) whose header checks
+    (jitops.cpu.kernels.header_checks) let the kernel verify that objects with those
+    identities are still the same kind of ndarray. The keyed path costs ~0.6 us more per call
+    warm (building and hashing the key), and several times that right after a parallel job
+    has swept the caches. None where headers cannot be read.
     """
-    h = _HEADERS.get(key)
+    hkey = key if threads == 1 else (key, threads)
+    h = _HEADERS.get(hkey)
     if h is None:
-        meta = cpu.header_checks(launch, (target, x, y))
+        meta = cpu.header_checks(launch, (target, x, y), threads)
         if meta is None:
             return None
         # the dtype objects are compared by address: they live as long as this entry
-        h = _HEADERS[key] = (meta, meta.__array_interface__["data"][0],
-                             (target.dtype, x.dtype, y.dtype))
-    return id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h
+        h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
+                              (target.dtype, x.dtype, y.dtype))
+    return id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h, threads
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,

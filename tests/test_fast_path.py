@@ -350,6 +350,56 @@ def test_a_repeat_with_the_same_objects_checks_they_are_still_those_arrays(rng):
                                       np.maximum(a - b[None, :], 0))
 
 
+def _parallel_memo():
+    """The memo entries of parallel repeats (threads > 1) now held."""
+    return [m[0] for m in dispatch._MEMOS if m[0] is not None and m[0][9] > 1]
+
+
+def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, monkeypatch):
+    # A parallel repeat is remembered as a serial one is (its meta balanced for the thread
+    # count it ran with), so the kernel's header checks guard it the same way.
+    if jitops.get_num_threads() < 2 or _cpu.HEADER_OFFSETS is None:
+        pytest.skip("needs two threads and verified ndarray headers")
+    n = 2 * _config.PARALLEL_THRESHOLD
+    x, y, out = rng.random(n), rng.random(n), np.empty(n)
+    dispatch.clear()
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    assert _parallel_memo(), "the parallel repeat was not remembered"
+    x.shape = (2, n // 2)  # in place: no longer broadcasts with y
+    with pytest.raises(ValueError, match="broadcast"):
+        jitops.subtract(x, y, out=out)
+    x.shape = (n,)
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    x.dtype = np.int64  # the same bytes read as int64: NumPy's answer for that
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    x.dtype = np.float64
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    seen = []
+    real = backend.parallel.launch
+    spy = lambda *a: seen.append(a) or real(*a)  # noqa: E731
+    monkeypatch.setattr(backend.parallel, "launch", spy)  # the keyed path's
+    monkeypatch.setattr(dispatch, "_launch", spy)  # the memo's
+    np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    assert len(seen) == 1
+    with jitops.threads(1):  # another count: not the remembered launch's
+        np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    assert len(seen) == 1, "threads(1) ran a parallel job"
+    monkeypatch.undo()
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        jitops.subtract(x, y, out=out)
+    for _ in range(3):  # new results (recycled memory once large enough) take it too
+        np.testing.assert_array_equal(jitops.add(x, y), x + y)
+    a = rng.random((n // 64, 64))
+    b = rng.random(n // 64)
+    for _ in range(3):  # same objects, other options
+        np.testing.assert_array_equal(jitops.subtract(a, b, broadcast="pdpd", axis=0),
+                                      a - b[:, None])
+        np.testing.assert_array_equal(jitops.subtract(a, a), np.zeros_like(a))
+        np.testing.assert_array_equal(jitops.subtract(a, b[:64]), a - b[None, :64])
+
+
 def test_header_checks_refuse_any_other_object_without_writing(rng):
     # The kernel side of the memo: given objects that are not the remembered arrays (another
     # dtype object, shape, strides, a subclass, not an array at all), MISMATCH, nothing written.

@@ -17,7 +17,7 @@ import numpy as np
 from ..core import config
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
-from . import kernels, nary, parallel, recycle, registries
+from . import kernels, nary, parallel, pool, recycle, registries
 from .spec import KernelSpec
 
 _I64 = numba.types.int64
@@ -117,7 +117,10 @@ FLAGS_CHECKED = kernels.FLAGS_OFFSET >= 0
 
 _ENTRIES: dict = {}
 _SIG = (_I64,) * 5
+#: The built-in drivers' signature (task, out, x, y, meta).
+SIG = _SIG
 _SIG3 = (_I64,) * 3
+_BUILTIN = id(kernels.KERNELS)
 
 
 def entry_point(kernel, sig=_SIG):
@@ -131,6 +134,24 @@ def entry_point(kernel, sig=_SIG):
         registries.compile_with(lambda: kernel.compile(sig))
         e = _ENTRIES[kernel] = kernel.overloads[sig].entry_point
     return e
+
+
+_DRIVERS: dict = {}
+
+
+def drivers(family: dict, sig: tuple) -> tuple:
+    """The compiled drivers :func:`jitops.cpu.parallel.launch` takes for a ``KERNELS`` family
+    (the built-ins' or the user ops'): pooled and serial on jitops' pool, else Numba's
+    parallel one. Resolved on the first parallel call, then one dictionary lookup."""
+    d = _DRIVERS.get(id(family))
+    if d is None:
+        if pool.AVAILABLE:
+            d = (entry_point(family["pooled"], sig + (_I64, _I64)),
+                 entry_point(family["serial"], sig))
+        else:
+            d = (entry_point(family["parallel"], sig), None)
+        _DRIVERS[id(family)] = d
+    return d
 
 
 class Metas:
@@ -196,12 +217,16 @@ class Launch:
             status = self.entry(self.task, ref(target), ref(x), ref(y), self.pmeta)
         else:
             n = parallel.num_threads()  # 1: threads(1), serial() or a layer that cannot run
-            args = (self.task, ref(target), ref(x), ref(y), self.metas.address(n))
+            m = self.metas.arrays.get(n)
+            args = (self.task, ref(target), ref(x), ref(y),
+                    m[1] if m is not None else self.metas.address(n))
             if n > 1:
-                status = parallel.launch(kernels.KERNELS, entry_point, _SIG, args, n)
+                status = parallel.launch(_DRIVERS.get(_BUILTIN) or drivers(kernels.KERNELS, _SIG),
+                                         args, n)
             else:
                 status = self.entry(*args)
-        self.check(status, fname, out)
+        if status == kernels.TASK_FAILED:
+            self.check(status, fname, out)
         return status
 
     @staticmethod
@@ -214,10 +239,10 @@ class Launch:
                                f"a task, so some elements were not computed ({where})")
 
 
-def header_checks(launch: Launch, arrays) -> np.ndarray | None:
-    """The serial meta of ``launch`` with header checks for ``arrays`` (target, x, y): see
-    :func:`jitops.cpu.kernels.header_checks`."""
-    return kernels.header_checks(launch.metas.build(threads=1), arrays)
+def header_checks(launch: Launch, arrays, threads: int = 1) -> np.ndarray | None:
+    """The meta of ``launch`` for ``threads`` with header checks for ``arrays`` (target, x,
+    y): see :func:`jitops.cpu.kernels.header_checks`."""
+    return kernels.header_checks(launch.metas.build(threads=threads), arrays)
 
 
 @lru_cache(maxsize=4096)
@@ -283,7 +308,7 @@ class UserLaunch:
         n = parallel.num_threads() if self.parallel else 1
         args = (self.task, ref(refs), self.metas.address(n))
         if n > 1:
-            status = parallel.launch(nary.KERNELS, entry_point, _SIG3, args, n)
+            status = parallel.launch(drivers(nary.KERNELS, _SIG3), args, n)
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
         if status == kernels.OK:
