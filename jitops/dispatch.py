@@ -120,7 +120,7 @@ def public_op(op: str, fname: str):
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:
                             if not launch.zero_check:
-                                threads = parallel.num_threads()
+                                threads = _num_threads()
                                 if threads > 1:
                                     memo[0] = _remember(key, launch, target, x, y, out,
                                                         broadcast, axis, act, threads)

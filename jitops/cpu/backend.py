@@ -40,12 +40,13 @@ def _byte_layout(shape, elem_strides, dtype: np.dtype) -> tuple[int, ...] | None
 
 
 def _new_array(shape, dtype: np.dtype, byte_strides) -> np.ndarray:
-    nbytes = math.prod(shape) * dtype.itemsize
-    if nbytes >= config.RECYCLE_MIN_BYTES:  # large: memory another result no longer uses
-        return recycle.empty(shape, dtype, byte_strides, nbytes)
+    size = math.prod(shape)
+    nbytes = size * dtype.itemsize
+    if nbytes >= config.RECYCLE_MIN_BYTES and recycle.enabled():
+        return recycle.empty(shape, dtype, byte_strides, nbytes)  # memory no result uses now
     if byte_strides is None:
         return np.empty(shape, dtype)
-    buf = np.empty(math.prod(shape), dtype)
+    buf = np.empty(size, dtype)
     return np.ndarray(shape, dtype, buffer=buf, strides=byte_strides)
 
 
@@ -116,14 +117,12 @@ ref = id if kernels.DATA_OFFSET >= 0 else _address
 FLAGS_CHECKED = kernels.FLAGS_OFFSET >= 0
 
 _ENTRIES: dict = {}
-_SIG = (_I64,) * 5
 #: The built-in drivers' signature (task, out, x, y, meta).
-SIG = _SIG
+SIG = (_I64,) * 5
 _SIG3 = (_I64,) * 3
-_BUILTIN = id(kernels.KERNELS)
 
 
-def entry_point(kernel, sig=_SIG):
+def entry_point(kernel, sig=SIG):
     """The compiled driver (one signature for every op and dtype; compiled or loaded once)."""
     e = _ENTRIES.get(kernel)
     if e is None:
@@ -221,8 +220,7 @@ class Launch:
             args = (self.task, ref(target), ref(x), ref(y),
                     m[1] if m is not None else self.metas.address(n))
             if n > 1:
-                status = parallel.launch(_DRIVERS.get(_BUILTIN) or drivers(kernels.KERNELS, _SIG),
-                                         args, n)
+                status = parallel.launch(drivers(kernels.KERNELS, SIG), args, n)
             else:
                 status = self.entry(*args)
         if status == kernels.TASK_FAILED:

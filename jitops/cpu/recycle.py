@@ -72,12 +72,9 @@ def enabled() -> bool:
 
 def empty(shape: tuple, dtype: np.dtype, byte_strides: tuple | None, nbytes: int) -> np.ndarray:
     """A new array of ``shape``/``dtype`` (C order, or ``byte_strides``) over ``nbytes``
-    bytes: a recycled buffer's memory where an idle one of that size is kept, else new."""
-    if not enabled():
-        buf = np.empty(nbytes, np.uint8)
-    else:
-        buf = _take(nbytes)
-    return np.ndarray(shape, dtype, buffer=buf, strides=byte_strides)
+    bytes: a recycled buffer's memory where an idle one of that size is kept, else new.
+    Call only where :func:`enabled` says yes."""
+    return np.ndarray(shape, dtype, buffer=_take(nbytes), strides=byte_strides)
 
 
 def _take(nbytes: int) -> np.ndarray:
