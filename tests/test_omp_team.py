@@ -212,3 +212,43 @@ def test_a_stand_in_torch_module_is_no_openmp_runtime():
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
                          text=True, timeout=180)
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
+
+
+def test_team_is_found_while_pytorch_keeps_it_spinning():
+    # PyTorch imported first and its op run right before each jitops call: the team's threads
+    # spin between the calls and are never caught asleep by a quick look, so jitops' pool
+    # shared the cores with them for good (1e6 subtract 1.9x its time alone). A look waits
+    # for a running thread Python did not start to fall asleep, within its budget.
+    out = _run("""
+        x = np.ones(N, np.float32)
+        o = np.empty_like(x)
+        t = torch.from_numpy(x)
+        assert omp.team() == 0
+        deadline = time.monotonic() + 20  # a loaded machine may need a few looks
+        found = False
+        while not found and time.monotonic() < deadline:
+            torch.add(t, 1.0)
+            no_backoff()
+            jitops.subtract(x, x, out=o)
+            found = on_team()
+        assert found, (omp.status(), omp._state)
+        assert omp._state["waited"] <= omp.WAIT_BUDGET_S + omp.WAIT_S
+        assert not o.any()
+        print("waited", omp._state["waited"])
+    """)
+    assert "waited" in out
+
+
+def test_a_look_does_not_wait_where_no_foreign_thread_runs():
+    # no thread but Python's own is running: nothing can fall asleep in libgomp, so a look
+    # answers at once and spends none of the budget
+    out = _run("""
+        x = np.ones(N, np.float32)
+        for _ in range(3):
+            jitops.subtract(x, x)
+            time.sleep(omp.RECHECK_S + 0.01)
+        assert omp._state["waited"] == 0.0, omp._state
+        assert omp.team() == 0 and not on_team()
+        print("ok")
+    """)
+    assert "ok" in out
