@@ -89,6 +89,32 @@ def test_tasks_are_claimed_in_shrinking_runs(transposed):
     assert claims >= min(ntasks, 2 * threads)
 
 
+@pytest.mark.parametrize("threads", [2, 3, 4, 16])
+@pytest.mark.parametrize("n", [65536, 70_001, 300_007, 1_000_000, 2_000_000, 10_000_000])
+def test_a_long_row_is_cut_into_equal_blocks(threads, n):
+    """A long row's blocks are one size (bar the last, shorter by less than a cache line's
+    worth per block), start a cache line apart, cover the row once, and where there are few a
+    whole number fall to each thread: 1e6 elements in blocks of 65536 left one of two threads
+    8 of them and the other 7 and a stub (a job 5% longer than an even split)."""
+    from jitops.core import config
+    from jitops.core.plan import make_plan
+    from jitops.cpu import kernels
+
+    plan = make_plan(((n,), (n,)), ((1,), (1,)), "numpy")
+    block, ntasks, rpt, nblk, rows = kernels.task_geometry(plan, threads=threads)[:5]
+    assert rows == 1 and rpt == 1 and ntasks == nblk
+    assert block % kernels.BLOCK_ALIGN == 0 and config.BLOCK_MIN <= block <= config.BLOCK
+    assert (nblk - 1) * block < n <= nblk * block  # every element once, no empty block
+    last = n - (nblk - 1) * block
+    assert block - last < nblk * kernels.BLOCK_ALIGN
+    if nblk < 16 * threads:
+        assert nblk % threads == 0, (block, nblk)
+    # still ~4 per thread to balance, where blocks of BLOCK_MIN allow that many
+    assert nblk >= min(4 * threads, n // config.BLOCK_MIN // threads * threads)
+    # an explicit block is taken as given
+    assert kernels.task_geometry(plan, block=65536, threads=threads)[0] == 65536
+
+
 def test_small_calls_and_threads_one_use_no_job():
     x = np.ones(N)
     g = _generation()

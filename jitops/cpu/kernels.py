@@ -281,6 +281,10 @@ HEADER_OFFSETS = _verified_header_offsets()
 WRITEABLE = 0x0400
 
 
+#: Blocks of a long row start a multiple of this many elements apart: whole cache lines (64
+#: bytes) of every dtype, whole vectors, and aligned streaming chunks.
+BLOCK_ALIGN = 64
+
 #: Elements of a row computed per chunk: what a broadcast operand is staged to (see row).
 CHUNK = 1024
 assert CHUNK <= TILE_MAX and CHUNK % STREAM_ALIGN == 0  # fits the buffers; aligned chunks
@@ -829,12 +833,14 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
     """How a plan's iteration space is cut into tasks (every kernel family uses this):
     ``(block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj)``; ``threads`` is
     the count the tasks are balanced for (default: what a call from here would use)."""
+    given = block is not None
+    nthreads = 1
     if block is None:
         block = config.BLOCK
         if plan.size >= config.PARALLEL_THRESHOLD:
             # big tasks amortise their setup; but keep at least ~4 per thread for balance
-            n = parallel.num_threads() if threads is None else threads
-            per_thread = -(-plan.size // (4 * n))
+            nthreads = parallel.num_threads() if threads is None else threads
+            per_thread = -(-plan.size // (4 * nthreads))
             block = min(config.BLOCK, max(config.BLOCK_MIN, per_thread))
     ti, tj = tile or config.TILE
     tj = max(1, min(tj, TILE_MAX))
@@ -853,6 +859,20 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
         ntasks = (rows // shape[-2]) * nti * ntj
     elif inner >= 2 * block:
         nblk = -(-inner // block)
+        if not given:
+            # blocks of (nearly) equal size, a whole number of them per thread where there are
+            # few: 1e6 elements in blocks of 65536 left one thread 8 blocks (524,288 elements)
+            # and the other 7 and a stub, a job 5% longer than an even split
+            if rows == 1 and nblk < 16 * nthreads and nblk % nthreads:
+                up = nblk + nthreads - nblk % nthreads
+                down = nblk - nblk % nthreads
+                if inner // up >= config.BLOCK_MIN:
+                    nblk = up
+                elif down >= nthreads:
+                    nblk = down
+            block = -(-inner // nblk)
+            block = -(-block // BLOCK_ALIGN) * BLOCK_ALIGN
+            nblk = -(-inner // block)
         rows_per_task = 1
         ntasks = rows * nblk
     else:
