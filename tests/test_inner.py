@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -104,6 +105,39 @@ def test_helpers_reach_machine_code_only_through_their_callers():
     result, excinfo = ctypes.c_int64(0), ctypes.c_void_p(0)
     assert fn(ctypes.byref(result), ctypes.byref(excinfo), 20) == 0
     assert result.value == 42
+
+
+@pytest.mark.skipif(not kernels.STREAM_AVAILABLE, reason="x86-64 instruction names")
+def test_lazy_libraries_skip_the_first_function_passes_and_still_vectorise(monkeypatch):
+    """A jitops library runs no function pipeline as modules are added (jitops.cpu.jit:
+    the module pipelines run those passes anyway); the loops still come out as packed vector
+    code, for a built-in task and for a user op's task."""
+    from jitops.cpu.spec import KernelSpec
+
+    runs = []
+    cg = registries.cpu_target.target_context.codegen()
+    real = type(cg)._function_pass_manager
+    monkeypatch.setattr(type(cg), "_function_pass_manager",
+                        lambda self, **kw: runs.append(1) or real(self, **kw))
+    dt = np.dtype(np.float32)
+    spec = KernelSpec("subtract", None, dt, dt, dt, dt)
+    task = jit.inner(kernels._task.py_func)
+    sig = (spec.numba_type,) + (kernels._I64,) * 5
+    with registries.light():
+        task.compile(sig)
+    assert isinstance(task.overloads[sig].library, jit.LazyLibrary)
+    assert not runs
+    assert "subps" in task.inspect_asm(sig)  # vsubps (AVX) or subps (SSE): packed
+
+    @jitops.elementwise
+    def axpy(a, x, y):
+        return a * x + y
+
+    x = np.arange(4000, dtype=np.float32)
+    np.testing.assert_array_equal(axpy(x, x, 1.0), x * x + np.float32(1.0))
+    asm = "".join(c.library.get_asm_str() for c in nary._utask_local.overloads.values()
+                  if "axpy" in c.library.get_asm_str())
+    assert re.search(r"(mulps|fmadd\w*ps)\s", asm), "no packed multiply in the user task"
 
 
 def test_machine_code_is_made_under_numba_compiler_lock():
