@@ -69,3 +69,18 @@ def test_quiesce_waits_for_a_spinning_thread_and_not_for_a_sleeping_one():
     finally:
         stop.set()
         t.join()
+
+
+def test_cold_start_children_reuse_the_kernel_and_bytecode_caches():
+    """The cold-start row's processes: the compiled one writes the kernel cache, the cached
+    one only reads it (no miss, no new file), and the measured processes read Python's
+    bytecode from the row's own directory instead of compiling jitops' sources (an editable
+    install under PYTHONDONTWRITEBYTECODE=1 would compile them in every process)."""
+    from jitops.bench import harness
+
+    c = harness.cold_start(repeats=1)
+    assert c["cached_cache_misses"] == 0 and c["cached_cache_hits"] > 0
+    assert c["cache_files_after_first_run"] > 0
+    assert c["cache_files_after_repeats"] == c["cache_files_after_first_run"]
+    assert c["bytecode_cached"]
+    assert 0 < c["import_s"] and 0 < c["compile_user_op_s"]

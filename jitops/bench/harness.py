@@ -173,7 +173,11 @@ def bandwidth_probe(n: int = 1 << 25, rounds: int = 9) -> dict[str, float]:
 # -- cold start ----------------------------------------------------------------------------------
 
 _COLD = r"""
-import json, sys, time
+import importlib.util, json, os, sys, time
+# bytecode read, not compiled here: jitops' is there before the import (checked again for
+# the modules it loads at the end)
+pyc = sys.pycache_prefix is not None and os.path.exists(
+    importlib.util.cache_from_source(importlib.util.find_spec("jitops").origin))
 t0 = time.perf_counter()
 import jitops
 t1 = time.perf_counter()
@@ -190,20 +194,21 @@ jitops.subtract(big, big)  # the parallel driver: compiled once per machine, the
 t5 = time.perf_counter()
 jitops.add(big, np.ones(1 << 18, np.int8))  # a new signature on an array above the threshold
 t6 = time.perf_counter()
-import os
 sys.path.insert(0, os.environ["JITOPS_BENCH_USER_DIR"])
 import jitops_bench_user_op as _u  # a module-level user op (jitops.elementwise)
 from jitops.cpu import nary as _nary
 t7 = time.perf_counter()
 _u.fused(x, x, x)  # compiled the first time, from the disk cache afterwards
 t8 = time.perf_counter()
+pyc = pyc and all(os.path.exists(importlib.util.cache_from_source(m.__file__))
+                 for m in (jitops, _cpu, _nary))
 stats = [k.stats for k in (*_cpu.KERNELS.values(), _nary._utask_cached,
                            _nary._ukernel_serial)]
 hits = sum(sum(s.cache_hits.values()) for s in stats)
 misses = sum(sum(s.cache_misses.values()) for s in stats)
 print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_signature_s": t4 - t3,
                   "parallel_driver_s": t5 - t4, "parallel_signature_s": t6 - t5,
-                  "user_op_s": t8 - t7,
+                  "user_op_s": t8 - t7, "bytecode": pyc,
                   "cache_hits": hits, "cache_misses": misses}))
 """
 
@@ -226,12 +231,25 @@ def _fresh_process(env: dict[str, str]) -> dict:
 
 def cold_start(repeats: int = 3) -> dict:
     """Import time, compile time of new signatures, and first-call time with a warm disk cache,
-    each in a fresh interpreter with its own empty kernel cache directory."""
+    each in a fresh interpreter with its own empty kernel cache directory.
+
+    Python's own bytecode cache is in the state an installed package has it: every module
+    the script imports already compiled to bytecode. The child processes get a bytecode
+    directory of their own (``PYTHONPYCACHEPREFIX``), filled by one process run before the
+    measured ones (with a kernel cache of its own, thrown away): an editable install under
+    ``PYTHONDONTWRITEBYTECODE=1`` (this project's machines) would otherwise compile jitops'
+    sources in every process, 0.08 s of each import here, which no wheel install pays.
+    """
     with tempfile.TemporaryDirectory(prefix="jitops-bench-cache-") as d, \
-            tempfile.TemporaryDirectory(prefix="jitops-bench-user-") as u:
+            tempfile.TemporaryDirectory(prefix="jitops-bench-user-") as u, \
+            tempfile.TemporaryDirectory(prefix="jitops-bench-pyc-") as pyc, \
+            tempfile.TemporaryDirectory(prefix="jitops-bench-cache0-") as d0:
         with open(os.path.join(u, "jitops_bench_user_op.py"), "w") as f:
             f.write(_USER_OP)
-        env = dict(os.environ, JITOPS_CACHE_DIR=d, JITOPS_BENCH_USER_DIR=u)
+        env = dict(os.environ, JITOPS_CACHE_DIR=d, JITOPS_BENCH_USER_DIR=u,
+                   PYTHONPYCACHEPREFIX=pyc)
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        _fresh_process(dict(env, JITOPS_CACHE_DIR=d0))  # writes the bytecode only
         compiled = _fresh_process(env)  # empty cache: both signatures compile
         files_after_first = _count_files(d)
         warm = [_fresh_process(env) for _ in range(repeats)]
@@ -247,6 +265,7 @@ def cold_start(repeats: int = 3) -> dict:
         "compile_user_op_s": compiled["user_op_s"],
         "cached_user_op_s": median([w["user_op_s"] for w in warm]),
         "cached_runs": repeats,
+        "bytecode_cached": all(w["bytecode"] for w in warm),
         "cached_cache_hits": min(w["cache_hits"] for w in warm),
         "cached_cache_misses": max(w["cache_misses"] for w in warm),
         "cache_files_after_first_run": files_after_first,

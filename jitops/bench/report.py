@@ -59,7 +59,8 @@ def markdown(result: dict) -> str:
         lines += [
             "",
             "Cold start (fresh interpreters, own empty kernel cache; float32 subtract of 1000 "
-            "elements):",
+            "elements; Python's bytecode already compiled, as a wheel install leaves it: "
+            f"{'yes' if c.get('bytecode_cached') else 'no'}):",
             "",
             "| what | time | target | met |",
             "|---|---:|---|:-:|",
