@@ -192,6 +192,56 @@ def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
     """)
 
 
+def test_a_team_that_keeps_stalling_is_tried_ever_more_rarely():
+    """Each backoff that begins soon after the last is twice as long, up to the limit; after
+    the team ran well for a while (here: the clean-job count set high) it is short again.
+    The jobs give the right answer throughout."""
+    _run("""
+        import os
+        start_team()
+        x = np.arange(N, dtype=np.float32)
+        for tid in os.listdir("/proc/self/task"):  # every thread on one CPU: team jobs stall
+            os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
+        ctl = pool.get().ctl
+        words = pool.get().words
+        assert (pool.word(ctl, pool.C_OMP_BACKOFF_MIN), pool.word(ctl, pool.C_OMP_BACKOFF_MAX)) \\
+            == (2, 8)
+
+        def job(k=1.0):
+            assert np.array_equal(jitops.subtract(x, k), x - k)
+
+        def until(cond, jobs=4000):  # a loaded machine may take a while to stall
+            for k in range(jobs):
+                job(float(k))
+                if cond():
+                    return True
+            return False
+
+        def backoff():
+            return pool.word(ctl, pool.C_OMP_BACKOFF)
+
+        lengths = []
+
+        def grown():
+            n = pool.word(ctl, pool.C_OMP_BACKOFF_LEN)
+            if n and (not lengths or lengths[-1] != n):
+                lengths.append(n)
+            return lengths[-1:] == [8]
+
+        # (a calm spell in between starts the doubling over: 8 only ever follows 2 and 4)
+        assert until(grown) and lengths[-3:] == [2, 4, 8], lengths
+        assert until(lambda: backoff() == 0)
+        words[pool.C_OMP_CLEAN] = -1000  # no calm spell now
+        assert until(lambda: backoff() > 0)  # the next backoff: capped at 8, not 16
+        assert pool.word(ctl, pool.C_OMP_BACKOFF_LEN) == 8
+        assert until(lambda: backoff() == 0)
+        words[pool.C_OMP_CLEAN] = 100  # as if the team had run 100 jobs without a stall
+        words[pool.C_OMP_STALLS] = 0
+        assert until(lambda: backoff() > 0)
+        assert pool.word(ctl, pool.C_OMP_BACKOFF_LEN) == 2
+    """, env={"JITOPS_OMP_BACKOFF": "2", "JITOPS_OMP_BACKOFF_MAX": "8"})
+
+
 def test_a_stand_in_torch_module_is_no_openmp_runtime():
     """A test's mock in ``sys.modules["torch"]`` (no file, or a non-string one) means no team,
     and the call runs on the pool as usual."""

@@ -159,6 +159,56 @@ def test_a_task_that_raises_on_a_worker_is_an_error_not_a_silent_result():
     np.testing.assert_array_equal(div(a, b), a / 2)
 
 
+@jitops.elementwise
+def _slow_where_large(x):
+    """x itself where x <= 0; 2.0 after int(x) steps of s -> s / 2 + 1 otherwise (the fixed
+    point, exact in float64 after ~60 steps): one element can hold its task for ms."""
+    s = x
+    for _ in range(int(x)):
+        s = s * 0.5 + 1.0
+    return s
+
+
+@needs_two
+def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
+    """A thread with nothing left to claim while another still runs the job's last task
+    spins briefly, then sleeps on the futex (its core free for the scheduler to move a held
+    thread there: jitops.cpu.pool._wait_done) and is woken when the last task is counted.
+    With the sleep's own timeout raised to 0.9 s, a missed wake would cost a call that long:
+    each call here takes milliseconds, and the answer is complete."""
+    p = pool.get()
+    ctl = p.ctl
+    x = np.zeros(N)
+    expect = np.zeros(N)
+    _slow_where_large(x)  # compiled
+    saved = int(p.words[pool.C_JOIN_TIMEOUT])
+    p.words[pool.C_JOIN_TIMEOUT] = 900_000_000
+    try:
+        sleeps = pool.word(ctl, pool.C_JOIN_SLEEPS)
+        worst = 0.0
+        for k in range(12):
+            where = (N - 1, 0, N // 2)[k % 3]  # the last, the first, a middle task
+            x[:] = 0
+            x[where] = 2e6  # ~10 ms of steps for this one element
+            expect[:] = 0
+            expect[where] = 2.0
+            t0 = time.perf_counter()
+            r = _slow_where_large(x)
+            worst = max(worst, time.perf_counter() - t0)
+            np.testing.assert_array_equal(r, expect)
+            assert pool.word(ctl, pool.C_DONE) == kernels_tasks(ctl)
+        assert pool.word(ctl, pool.C_JOIN_SLEEPS) > sleeps  # the sleeping path ran
+        assert pool.word(ctl, pool.C_JOIN_WAITERS) == 0
+        assert worst < 0.6, f"a call took {worst:.2f} s: a waiting thread was not woken"
+    finally:
+        p.words[pool.C_JOIN_TIMEOUT] = saved
+
+
+def kernels_tasks(ctl: int) -> int:
+    """The task count of the last job (the low half of ``C_INFO``)."""
+    return pool.word(ctl, pool.C_INFO) & ((1 << 32) - 1)
+
+
 @needs_two
 def test_an_idle_pool_sleeps_instead_of_spinning():
     jitops.add(np.ones(N), 1.0)

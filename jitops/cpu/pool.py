@@ -28,7 +28,8 @@ and calls ``GOMP_parallel`` with :func:`_omp_entry`, which claims tasks as a wor
 team thread descheduled by another process's load holds the whole region (OpenMP joins
 threads, the pool joins tasks): two jobs in a row that each waited more than a quarter of
 their time for one with nothing left to do make the next :data:`OMP_BACKOFF_JOBS` jobs run
-on the workers.
+on the workers, twice as many each time the team stalls again soon after (up to
+:data:`OMP_BACKOFF_MAX_JOBS`).
 
 The futex is reached through libc's ``syscall`` by address (kept in the control block, never
 in compiled code, so the on-disk cache stays valid across processes). Where that is not
@@ -47,6 +48,7 @@ import threading
 import numpy as np
 from llvmlite import ir
 from numba import njit, types
+from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..core.config import env_int
@@ -72,7 +74,14 @@ C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of 
 C_LAST_DONE = 73  # cycle counter when the last job's last task was counted done
 C_OMP_BACKOFF = 74  # jobs left to run on the pool's own workers after OpenMP jobs stalled
 C_OMP_STALLS = 75  # OpenMP jobs in a row that stalled
-C_WORDS = 80
+C_OMP_BACKOFF_LEN = 76  # how many jobs the last backoff was
+C_OMP_CLEAN = 77  # OpenMP jobs that did not stall since the last backoff began
+C_OMP_BACKOFF_MIN, C_OMP_BACKOFF_MAX = 78, 79  # OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS
+C_JOIN_SEQ = 80  # futex word of threads waiting for a job's last tasks: bumped to wake them
+C_JOIN_WAITERS = 88  # threads asleep (or about to be) waiting for a job's last tasks
+C_JOIN_SLEEPS = 89  # times a thread went to sleep waiting for a job's last tasks (diagnostic)
+C_JOIN_SPIN, C_JOIN_TIMEOUT = 96, 97  # JOIN_SPIN, JOIN_TIMEOUT_NS
+C_WORDS = 104
 
 #: Job kinds: what arguments the task function takes.
 KIND_BINARY = 0  # _task(spec, po, px, py, pmeta, t) of the built-in ops
@@ -84,11 +93,27 @@ SPIN = env_int("JITOPS_POOL_SPIN", 2000)
 #: milliseconds while the machine is otherwise idle, and no core taken from anyone else.
 YIELDS = env_int("JITOPS_POOL_YIELDS", 4000)
 
+#: Pause instructions (~200 us on x86) a thread that has nothing left to claim spins waiting
+#: for the job's last tasks before it sleeps on the futex (:func:`_wait_done`). Long enough
+#: that an ordinary job -- whose last tasks end within a task's time (tens of microseconds)
+#: of each other -- never sleeps, and short beside a scheduler time slice: a thread holding
+#: a task that another process's thread pushed off its core waits for that slice (some
+#: milliseconds), unless a core falls idle, from which the scheduler pulls it at once.
+JOIN_SPIN = env_int("JITOPS_POOL_JOIN_SPIN", 8000)
+#: A sleeper waiting for a job's last tasks looks again after this long whatever happens
+#: (nanoseconds, under 1e9).
+JOIN_TIMEOUT_NS = 1_000_000
+
 #: Jobs run on the pool's own workers after two in a row on a shared OpenMP team each waited
 #: more than a quarter of its time for a team thread with nothing left to do (jitops.cpu.omp).
 #: One such job is no sign: the first job after an idle spell waits for a sleeping team
 #: thread to wake up, and the next finds it awake.
 OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
+#: A backoff that begins before the team ran OMP_BACKOFF_JOBS jobs without a stall since the
+#: last one began is twice as long as the last, up to this many jobs: under lasting load
+#: (another process keeping a core busy) the team is tried ever more rarely -- each try
+#: costs two stalled jobs -- and after a calm spell the backoff is short again.
+OMP_BACKOFF_MAX_JOBS = env_int("JITOPS_OMP_BACKOFF_MAX", 8192)
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _FUTEX_NR, _YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
@@ -199,6 +224,23 @@ def syscall4(typingctx, fn, nr, a, b, c):
     return _I64(fn, nr, a, b, c), codegen
 
 
+@intrinsic
+def futex_wait_for(typingctx, fn, nr, addr, expected, ns):
+    """``syscall(nr, addr, FUTEX_WAIT_PRIVATE, expected, &{0 s, ns})``: sleep while the
+    32-bit word at ``addr`` holds ``expected``, at most ``ns`` (< 1e9) nanoseconds."""
+    def codegen(context, builder, sig, args):
+        fn, nr, addr, expected, ns = args
+        ts = cgutils.alloca_once(builder, ir.ArrayType(_i64, 2))  # struct timespec
+        zero32 = ir.Constant(_i32, 0)
+        builder.store(ir.Constant(_i64, 0), builder.gep(ts, [zero32, zero32]))
+        builder.store(ns, builder.gep(ts, [zero32, ir.Constant(_i32, 1)]))
+        fnty = ir.FunctionType(_i64, [_i64], var_arg=True)
+        f = builder.inttoptr(fn, fnty.as_pointer())
+        return builder.call(f, [nr, addr, ir.Constant(_i64, _FUTEX_WAIT_PRIVATE), expected,
+                                builder.ptrtoint(ts, _i64), ir.Constant(_i64, 0)])
+    return _I64(fn, nr, addr, expected, ns), codegen
+
+
 @inner
 def _futex_wait(ctl, expected):
     addr = ctl + C_SEQ * 8  # the low half of the word on little-endian machines
@@ -214,6 +256,45 @@ def _yield(ctl):
 def _futex_wake(ctl):
     addr = ctl + C_SEQ * 8
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
+
+
+@inner
+def _wake_joiners(ctl):
+    """Wake every thread asleep in :func:`_wait_done` (there may be none by now)."""
+    fetch_add(ctl, C_JOIN_SEQ, 1)
+    syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), ctl + C_JOIN_SEQ * 8,
+             _FUTEX_WAKE_PRIVATE, 1 << 30)
+
+
+@inner
+def _wait_done(ctl, gen, total):
+    """Return once every task of job ``gen`` (``total`` tasks) is counted done, or a later
+    job has begun (which only happens once this one is done).
+
+    A thread with nothing left to claim spins :data:`JOIN_SPIN` pauses, then sleeps on the
+    futex until the thread counting the last task wakes it (or :data:`JOIN_TIMEOUT_NS`
+    passes). Sleeping frees the core: where another process's thread pushed a thread holding
+    this job's last task off its own core, the scheduler moves it to the idle one at once;
+    a thread spinning or yielding here kept that core busy, and the job waited for the other
+    process's time slice (one core kept busy: every call 2x slower).
+    """
+    n = 0
+    while True:
+        # (a later job resets DONE, and then publishes its generation: a thread that reads
+        # the reset and not yet the generation sleeps until run_job wakes it)
+        if load(ctl, C_DONE) >= total or (load(ctl, C_INFO) >> 32) != gen:
+            return
+        n += 1
+        if n < load(ctl, C_JOIN_SPIN):
+            pause()
+            continue
+        seq = load(ctl, C_JOIN_SEQ)
+        fetch_add(ctl, C_JOIN_WAITERS, 1)  # a full barrier: then the counts are re-read
+        if fetch_add(ctl, C_DONE, 0) < total and (fetch_add(ctl, C_INFO, 0) >> 32) == gen:
+            fetch_add(ctl, C_JOIN_SLEEPS, 1)
+            futex_wait_for(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), ctl + C_JOIN_SEQ * 8,
+                           seq & _LOW, load(ctl, C_JOIN_TIMEOUT))
+        fetch_add(ctl, C_JOIN_WAITERS, -1)
 
 
 def task_caller(nargs: int):
@@ -308,8 +389,13 @@ def _claim_and_run(ctl):
         fetch_add(ctl, C_CLAIMS, claims)
         if failed:
             fetch_add(ctl, C_FAILED, failed)
-        if fetch_add(ctl, C_DONE, ran) + ran == total and load(ctl, C_OMP) != 0:
-            store(ctl, C_LAST_DONE, cycles())  # when an OpenMP job's work was all done
+        if fetch_add(ctl, C_DONE, ran) + ran == total:  # the job's last tasks
+            if load(ctl, C_OMP) != 0:
+                store(ctl, C_LAST_DONE, cycles())  # when an OpenMP job's work was all done
+            # (the count above is a full barrier: a thread that went to sleep waiting for
+            # it has announced itself by now, or reads the count before it sleeps)
+            if load(ctl, C_JOIN_WAITERS) > 0:
+                _wake_joiners(ctl)
     return ran
 
 
@@ -335,7 +421,9 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
         # The team of the OpenMP runtime PyTorch shares with us runs the claims (see
         # jitops.cpu.omp); the pool's own workers are not woken (the job word stays).
         t0 = cycles()
-        exchange(ctl, C_TICKET, gen << 32)
+        exchange(ctl, C_TICKET, gen << 32)  # a full barrier, then:
+        if load(ctl, C_JOIN_WAITERS) > 0:  # a thread still waiting for the last job
+            _wake_joiners(ctl)
         omp_parallel(omp, load(ctl, C_OMP_ENTRY), ctl, workers + 1)
         t1 = cycles()
         store(ctl, C_BY_CALLER, -1)
@@ -346,11 +434,20 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
         if 4 * (t1 - load(ctl, C_LAST_DONE)) > t1 - t0:
             if load(ctl, C_OMP_STALLS) >= 1:
                 store(ctl, C_OMP_STALLS, 0)
-                store(ctl, C_OMP_BACKOFF, OMP_BACKOFF_JOBS)
+                lo = load(ctl, C_OMP_BACKOFF_MIN)
+                jobs = 2 * load(ctl, C_OMP_BACKOFF_LEN)  # stalled again soon: back off longer
+                if jobs < lo or load(ctl, C_OMP_CLEAN) >= lo:
+                    jobs = lo  # the first backoff, or the team ran well for a while since
+                if jobs > load(ctl, C_OMP_BACKOFF_MAX):
+                    jobs = load(ctl, C_OMP_BACKOFF_MAX)
+                store(ctl, C_OMP_BACKOFF_LEN, jobs)
+                store(ctl, C_OMP_BACKOFF, jobs)
+                store(ctl, C_OMP_CLEAN, 0)
             else:
                 store(ctl, C_OMP_STALLS, 1)
         else:
             store(ctl, C_OMP_STALLS, 0)
+            store(ctl, C_OMP_CLEAN, load(ctl, C_OMP_CLEAN) + 1)
     else:
         if omp != 0 and backoff > 0:
             store(ctl, C_OMP_BACKOFF, backoff - 1)
@@ -358,16 +455,12 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
         exchange(ctl, C_SEQ, (load(ctl, C_SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
         if workers > 0 and load(ctl, C_SLEEPERS) > 0:
             _futex_wake(ctl)
+        if load(ctl, C_JOIN_WAITERS) > 0:  # a thread still waiting for the last job
+            _wake_joiners(ctl)
         store(ctl, C_BY_CALLER, _claim_and_run(ctl))
     # the last tasks, on other threads (in an OpenMP job too: a pool worker still inside
     # _claim_and_run from the last job may have claimed some of this one)
-    n = 0
-    while load(ctl, C_DONE) < ntasks:
-        n += 1
-        if n < load(ctl, C_SPIN):
-            pause()
-        else:  # a worker descheduled mid-task (a busy machine) may need this very core
-            _yield(ctl)
+    _wait_done(ctl, gen, ntasks)
     return load(ctl, C_FAILED)
 
 
@@ -399,12 +492,17 @@ def _worker(ctl, index):
         if load(ctl, C_STOP):
             return
         if index < load(ctl, C_WORKERS):
+            info = load(ctl, C_INFO)  # published before the job word moved
             _claim_and_run(ctl)
+            _wait_done(ctl, info >> 32, info & _LOW)
 
 
 def _omp_entry(ctl):
-    """What each thread of an OpenMP team runs for a job: claims, as a pool worker does."""
+    """What each thread of an OpenMP team runs for a job: claims, as a pool worker does, and
+    waits for the job's last tasks the pool's way before OpenMP's own join."""
+    info = load(ctl, C_INFO)
     _claim_and_run(ctl)
+    _wait_done(ctl, info >> 32, info & _LOW)
 
 
 # C-callable (its cfunc wrapper is what GOMP_parallel calls); nothing calls it from Python
@@ -465,6 +563,10 @@ class Pool:
         words[C_FUTEX_NR] = _FUTEX_NR or 0
         words[C_YIELD_NR] = _YIELD_NR or 0
         words[C_SPIN], words[C_YIELDS] = SPIN, YIELDS
+        words[C_JOIN_SPIN], words[C_JOIN_TIMEOUT] = JOIN_SPIN, JOIN_TIMEOUT_NS
+        # (in the block, not constants of the compiled code: that is cached on disk)
+        words[C_OMP_BACKOFF_MIN] = max(1, OMP_BACKOFF_JOBS)
+        words[C_OMP_BACKOFF_MAX] = max(OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS)
         self.pid = current_pid()
         self.lock = threading.Lock()  # held by the one Python thread whose job is running
         self.threads: list[threading.Thread] = []
