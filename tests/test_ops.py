@@ -16,7 +16,7 @@ from .helpers import DTYPES, OPS, assert_same, call, numpy_op, sample, valid
 @pytest.mark.parametrize("op", OPS)
 def test_every_op_every_dtype(op, dtype, rng):
     if not valid(op, dtype):
-        with pytest.raises(TypeError, match=r"jitops\.%s: .*(boolean subtract|complex)" % op):
+        with pytest.raises(TypeError, match=rf"jitops\.{op}: .*(boolean subtract|complex)"):
             call(op, np.zeros(3, dtype), np.zeros(3, dtype))
         return
     x = sample(rng, (7, 9), dtype)
@@ -181,10 +181,11 @@ def test_fmin_fmax_nan_payload_is_first_operand(dtype, bits):
 
 
 def test_fmin_seed_examples():
-    np.testing.assert_array_equal(jitops.fmin(np.array([[1, 2], [7, 8]]), np.array([[3, 4], [5, 6]])),
-                                  [[1, 2], [5, 6]])
-    np.testing.assert_array_equal(jitops.fmin(np.array([[[1, 2, 3], [1, 2, 3]]]), np.array([3, 0, 4])),
-                                  [[[1, 0, 3], [1, 0, 3]]])
+    np.testing.assert_array_equal(
+        jitops.fmin(np.array([[1, 2], [7, 8]]), np.array([[3, 4], [5, 6]])), [[1, 2], [5, 6]])
+    np.testing.assert_array_equal(
+        jitops.fmin(np.array([[[1, 2, 3], [1, 2, 3]]]), np.array([3, 0, 4])),
+        [[[1, 0, 3], [1, 0, 3]]])
     r = jitops.fmin(np.float32([2, 3, 5]), np.float32([1, np.nan, np.nan]))
     np.testing.assert_array_equal(r, [1, 3, 5])
     r = jitops.fmin(np.float64([5, 3, np.inf]), np.float64([1, -np.inf, 5]))

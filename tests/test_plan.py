@@ -37,9 +37,11 @@ def test_pdpd_bidirectional_and_rank_swap():
 
 
 @pytest.mark.parametrize("xs, ys, axis, match", [
-    (X, (5, 1), -1, r"X shape \(2,3,4,5\) and Y shape \(5,1\).*axis=2.*at dim 2 X has 4 but Y has 5"),
+    (X, (5, 1), -1,
+     r"X shape \(2,3,4,5\) and Y shape \(5,1\).*axis=2.*at dim 2 X has 4 but Y has 5"),
     (X, (5, 2), 3, r"axis=3.*outside the frame"),
-    (X, (3, 5), 1, r"X shape \(2,3,4,5\) and Y shape \(3,5\).*axis=1.*at dim 2 X has 4 but Y has 5"),
+    (X, (3, 5), 1,
+     r"X shape \(2,3,4,5\) and Y shape \(3,5\).*axis=1.*at dim 2 X has 4 but Y has 5"),
     (X, (1, 3, 4, 5), 1, r"same rank \(4\), got axis=1"),
     (X, (4,), -2, r"axis=-2 is out of range \[-1, 4\)"),
     (X, (), 4, r"axis=4 is out of range \[-1, 4\)"),
