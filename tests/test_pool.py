@@ -196,7 +196,7 @@ def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
             r = _slow_where_large(x)
             worst = max(worst, time.perf_counter() - t0)
             np.testing.assert_array_equal(r, expect)
-            assert pool.word(ctl, pool.C_DONE) == kernels_tasks(ctl)
+            assert pool.word(ctl, pool.C_DONE) == _job_tasks(ctl)
         assert pool.word(ctl, pool.C_JOIN_SLEEPS) > sleeps  # the sleeping path ran
         assert pool.word(ctl, pool.C_JOIN_WAITERS) == 0
         assert worst < 0.6, f"a call took {worst:.2f} s: a waiting thread was not woken"
@@ -204,7 +204,7 @@ def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
         p.words[pool.C_JOIN_TIMEOUT] = saved
 
 
-def kernels_tasks(ctl: int) -> int:
+def _job_tasks(ctl: int) -> int:
     """The task count of the last job (the low half of ``C_INFO``)."""
     return pool.word(ctl, pool.C_INFO) & ((1 << 32) - 1)
 
