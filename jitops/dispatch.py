@@ -119,7 +119,8 @@ def public_op(op: str, fname: str):
                                 return target
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:
-                            if not launch.zero_check:
+                            # (not memoised while its stores are being chosen: cpu.Launch)
+                            if not launch.zero_check and launch.choice is None:
                                 threads = _num_threads()
                                 if threads > 1:
                                     memo[0] = _remember(key, launch, target, x, y, out,

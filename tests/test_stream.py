@@ -176,3 +176,75 @@ def test_user_op_with_every_input_broadcast_streams_its_rows(stream_everything, 
         out = _offset_view(300 * 1031, np.float32, off).reshape(300, 1031)
         f(col, row, c, out=out)
         np.testing.assert_array_equal(out, col * row - c)
+
+
+def test_store_choice_keeps_the_kind_with_the_lower_median(monkeypatch):
+    """StoreChoice alternates streamed and ordinary-store calls (streamed first), ROUNDS of
+    each, then keeps the kind whose median time is lower; the ordinary task is only asked
+    for once a call needs it."""
+    from jitops.cpu import backend
+    from jitops.cpu.spec import KernelSpec
+
+    asked = []
+    monkeypatch.setattr(kernels, "task_address", lambda spec: asked.append(spec) or 222)
+    dt = np.dtype(np.float32)
+    spec = KernelSpec("subtract", None, dt, dt, dt, dt, True, False)
+    for plain_time, keep in ((1.0, 222), (3.0, 111)):
+        asked.clear()
+        c = backend.StoreChoice(111, spec)
+        kinds = []
+        chosen = None
+        while chosen is None:
+            addr, kind = c.next()
+            assert addr == (222 if kind else 111)
+            kinds.append(kind)
+            # streamed calls take 2 s, with one outlier the median ignores
+            chosen = c.record(kind, plain_time if kind else (9.0 if len(kinds) == 1 else 2.0))
+        assert kinds == [0, 1] * backend.StoreChoice.ROUNDS
+        assert chosen == keep
+        assert len(asked) == 1 and asked[0].stream is False and asked[0].op == "subtract"
+
+
+def test_a_write_only_output_is_exact_while_and_after_its_stores_are_chosen(
+        stream_everything, monkeypatch):
+    """An outer difference (every input broadcast) streams at first and times both store
+    kinds on its first calls (here a clock on which ordinary stores are faster); every call
+    gives NumPy's answer, the launch is memoised for repeats only once the choice is made,
+    and the repeats then run the ordinary-store task. An output beside which an input is read
+    in full makes no choice (streaming wins there)."""
+    from jitops.cpu import backend
+
+    def clock():  # measured calls alternate streamed (2 s) and ordinary (1 s)
+        t, k = 0.0, 0
+        while True:
+            yield t
+            t += 2.0 if k % 2 == 0 else 1.0
+            k += 1
+            yield t
+
+    ticks = clock()
+    monkeypatch.setattr(backend, "_clock", lambda: next(ticks))
+    col = np.arange(600, dtype=np.float32).reshape(600, 1)
+    row = np.linspace(-3, 3, 512, dtype=np.float32).reshape(1, 512)
+    out = np.empty((600, 512), np.float32)
+    want = col - row
+    calls = 2 * backend.StoreChoice.ROUNDS
+
+    def memoised(launch) -> bool:
+        return any(m[0] is not None and m[0][6] is launch for m in dispatch._MEMOS)
+
+    for k in range(calls + 3):
+        out[:] = np.nan
+        jitops.subtract(col, row, out=out)
+        np.testing.assert_array_equal(out, want)
+        (launch,) = dispatch._FAST.values()
+        assert (launch.choice is None) == (k >= calls - 1)  # chosen by the last timed call
+        assert memoised(launch) == (k >= calls - 1)
+    specs = {addr: sp for sp, addr in kernels._TASKS.items()}
+    assert specs[launch.task].op == "subtract" and specs[launch.task].stream is False
+    # x - y reads both inputs in full: streamed, no choice
+    dispatch.clear()
+    x = np.ones((600, 512), np.float32)
+    jitops.subtract(x, x, out=out)
+    (launch,) = dispatch._FAST.values()
+    assert launch.choice is None and specs[launch.task].stream is True

@@ -890,8 +890,10 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bo
     1.15-1.45x there (1e7 ``x - y``, ``x - 3.0``, pdpd and row broadcasts), and 1.05-1.35x
     where both inputs are broadcast (the outer difference ``X(4096, 1) - Y(1, 4096)``, which
     only writes: four paired runs, 1.05-1.28x PyTorch streamed against 0.94-0.97x; an early
-    version of the streaming loop had measured it 15% slower); a cache-resident output is
-    better left in the cache for its reader.
+    version of the streaming loop had measured it 15% slower, and so did a later phase: such
+    write-only launches time both kinds of store on their first calls and keep the faster,
+    jitops.cpu.backend.StoreChoice); a cache-resident output is better left in the cache for
+    its reader.
     Rows must be unit-stride and the dtype one the vectoriser stores as whole vectors (not
     complex, whose elements are pairs); x86-64 only.
     """
