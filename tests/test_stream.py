@@ -113,11 +113,13 @@ def test_every_element_is_numpys_at_every_output_alignment(stream_everything, dt
     for n in (1, 7, 63, 64 // itemsize + 3, 1000, 4099):
         x, y = _data(n, dtype, 1), _data(n, dtype, 2)
         for off in range(0, stream.STREAM_ALIGN // itemsize + 1):
-            for op, ref, yv in (("maximum", np.maximum, y), ("add", np.add, y),
-                                ("maximum", np.maximum, y[:1])):  # contig, scalar_y
+            for op, ref, xv, yv in (("maximum", np.maximum, x, y), ("add", np.add, x, y),
+                                    ("maximum", np.maximum, x, y[:1]),  # scalar_y
+                                    ("add", np.add, x[:1], y),  # scalar_x
+                                    ("minimum", np.minimum, y[:1], x)):
                 out = _offset_view(n, dtype, off)
-                got = getattr(jitops, op)(x, yv, out=out)
-                exp = ref(x, yv)
+                got = getattr(jitops, op)(xv, yv, out=out)
+                exp = ref(xv, yv)
                 assert got is out
                 np.testing.assert_array_equal(out.view(np.uint8), exp.view(np.uint8),
                                               err_msg=f"{op} n={n} offset={off}")
@@ -134,10 +136,16 @@ def test_broadcast_rows_and_the_parallel_kernel(stream_everything):
     np.testing.assert_array_equal(out, Y[:, None] - X)
     col = rng.standard_normal((240, 1)).astype(np.float32)  # both inputs broadcast
     row = rng.standard_normal((1, 1000)).astype(np.float32)
+    col2 = rng.standard_normal((240, 1)).astype(np.float32)
+    both = np.broadcast_to(col, (240, 1000)), np.broadcast_to(col2, (240, 1000))
     for off in (0, 1, 5):
         o = _offset_view(240 * 1000, np.float32, off).reshape(240, 1000)
         jitops.subtract(col, row, out=o)
         np.testing.assert_array_equal(o, col - row)
+        jitops.subtract(row, col, out=o)
+        np.testing.assert_array_equal(o, row - col)
+        jitops.subtract(*both, out=o)  # both constant along every row (staged)
+        np.testing.assert_array_equal(o, both[0] - both[1])
     big = rng.standard_normal(4 * config.PARALLEL_THRESHOLD + 5).astype(np.float32)
     for off in (0, 1, 5):
         o = _offset_view(big.size, np.float32, off)

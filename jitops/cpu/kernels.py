@@ -302,11 +302,13 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     ``sx``, ``sy``).
 
     Where out is unit-stride and each input unit-stride or constant along the row (NumPy's
-    ``BINARY_LOOP_FAST`` cases: contig, scalar_x, scalar_y), one vectorised loop serves them
-    all: a constant input is staged into its stack buffer (``xb``/``yb``, ``CHUNK``
-    elements) and read like the others. The row runs in chunks; where the spec streams, the
-    chunks after an aligned head write with non-temporal stores (jitops.cpu.stream), and
-    every chunk after the head starts aligned (``CHUNK`` elements span whole vectors).
+    ``BINARY_LOOP_FAST`` cases: contig, scalar_x, scalar_y), the loops vectorise: with one
+    input constant (scalar_x, scalar_y) its value stays in a register and the other is read
+    in place; with both read in place (contig), or both constant (staged into their stack
+    buffers ``xb``/``yb``, ``CHUNK`` elements, and read like the others), one loop runs the
+    row in chunks. Where the spec streams, the elements after an aligned head are written
+    with non-temporal stores (jitops.cpu.stream), and every chunk after the head starts
+    aligned (``CHUNK`` elements span whole vectors).
 
     LLVM IR around one call of the spec's :func:`element` (typed here, its compiled code linked
     in): as a compiled Python function this was 0.25-0.3 s of Numba typing and lowering that
@@ -337,6 +339,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
 
         x_const, y_const = eq(sx, 0), eq(sy, 0)
         fast = b.and_(eq(so, 1), b.and_(b.or_(x_const, eq(sx, 1)), b.or_(y_const, eq(sy, 1))))
+        done = b.append_basic_block("row.done")
         with b.if_else(fast) as (vector, strided):
             with strided:
                 def one(j):
@@ -345,13 +348,35 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                     b.store(v, b.gep(o, [b.add(oo, b.mul(j, so))]))
                 _emit_loop(b, _c(0), n, one)
             with vector:
+                h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n
+                # One input constant along the row (a column or row broadcast, a scalar): its
+                # value stays in a register and the other is read in place. Staged in a
+                # buffer and read like the other, the outer difference X(4096, 1) -
+                # Y(1, 4096) ran 6-8% behind the same loop in PyTorch and in a plain Numba
+                # loop, on the same stores (two loads per element, a refill every row).
+                for only, cp, coff, vp, voff, c_is_x in (
+                        (b.and_(x_const, b.not_(y_const)), x, xo, y, yo, True),
+                        (b.and_(y_const, b.not_(x_const)), y, yo, x, xo, False)):
+                    with b.if_then(only):
+                        c = b.load(b.gep(cp, [coff]))
+
+                        def el(i, c=c, vp=vp, voff=voff, c_is_x=c_is_x):
+                            v = b.load(b.gep(vp, [b.add(voff, i)]))
+                            return impl(b, (sp, c, v) if c_is_x else (sp, v, c))
+
+                        _emit_loop(b, _c(0), h,
+                                   lambda i, el=el: b.store(el(i), b.gep(o, [b.add(oo, i)])))
+                        if spec.stream:
+                            _emit_loop(b, h, n, lambda i, el=el: emit_stream_put(
+                                b, el(i), b.gep(o, [b.add(oo, i)])))
+                        b.branch(done)
+                # both inputs read in place, or both constant (staged, in chunks)
                 staged = smin(n, _c(CHUNK))
                 for const, p, off, buf in ((x_const, x, xo, xb), (y_const, y, yo, yb)):
                     with b.if_then(const):
                         v = b.load(b.gep(p, [off]))
                         _emit_loop(b, _c(0), staged,
                                    lambda i, v=v, buf=buf: b.store(v, b.gep(buf, [i])))
-                h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n
                 # only a staged (broadcast) input needs chunks the size of its buffer; other
                 # rows run in one piece (after the streaming head)
                 chunk = b.select(b.or_(x_const, y_const), _c(CHUNK), n)
@@ -380,6 +405,8 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                 b.store(b.add(jv, m), j)
                 b.branch(cond)
                 b.position_at_end(after)
+        b.branch(done)
+        b.position_at_end(done)
         return context.get_dummy_value()
 
     return sig, codegen
