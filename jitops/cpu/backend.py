@@ -226,11 +226,6 @@ class StoreChoice:
         return self.chosen
 
 
-def write_only(plan) -> bool:
-    """Whether no input of ``plan`` is read in full (each is broadcast along some dim)."""
-    return all(0 in st for st in plan.iter_strides[1:])
-
-
 class Launch:
     """Everything one call needs once its arrays are known: compiled entry point and meta.
 
@@ -253,7 +248,7 @@ class Launch:
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
         self.choice = StoreChoice(self.task, spec) if (
-            spec.stream and self.parallel and write_only(plan)) else None
+            spec.stream and self.parallel and not any(kernels.read_in_full(plan))) else None
         self.metas = Metas(build_meta)
         # below the parallel threshold the tasks do not depend on the thread count
         self.pmeta = None if self.parallel else self.metas.address(1)
@@ -286,7 +281,7 @@ class Launch:
             task, kind = (self.task, -1) if choice is None else choice.next()
             args = (task, ref(target), ref(x), ref(y),
                     m[1] if m is not None else self.metas.address(n))
-            t0 = _clock()
+            t0 = _clock() if kind >= 0 else 0.0  # only while the stores are being chosen
             if n > 1:
                 status = parallel.launch(drivers(kernels.KERNELS, SIG), args, n)
             else:

@@ -909,6 +909,11 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
     return block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj
 
 
+def read_in_full(plan: Plan) -> list[bool]:
+    """Per input of ``plan``: whether it is read in full (broadcast along no dim)."""
+    return [0 not in st for st in plan.iter_strides[1:]]
+
+
 def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
     """Whether a call writes its output with non-temporal stores (jitops.cpu.stream).
 
@@ -929,7 +934,7 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bo
             and plan.variant != TILED and rows[0][-1] == 1
             and all(st[-1] in (0, 1) for st in rows[1:])):
         return False
-    full = [dt for dt, st in zip(inputs, plan.iter_strides[1:]) if 0 not in st]
+    full = [dt for dt, whole in zip(inputs, read_in_full(plan)) if whole]
     moved = plan.size * (out.itemsize + sum(dt.itemsize for dt in full))
     return moved >= config.STREAM_BYTES
 

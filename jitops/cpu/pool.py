@@ -400,6 +400,15 @@ def _claim_and_run(ctl):
 
 
 @inner
+def _take_part(ctl):
+    """A helper thread's part in the current job: claim and run tasks, then wait for the
+    job's last ones (:func:`_wait_done`)."""
+    info = load(ctl, C_INFO)  # published before the job word moved (or the region began)
+    _claim_and_run(ctl)
+    _wait_done(ctl, info >> 32, info & _LOW)
+
+
+@inner
 def run_job(ctl, workers, kind, task, a, b, c, d, ntasks):
     """Run tasks ``0 .. ntasks-1`` of one job on this thread and ``workers`` pool workers;
     returns how many tasks failed. Called with the pool held (one job at a time)."""
@@ -492,17 +501,13 @@ def _worker(ctl, index):
         if load(ctl, C_STOP):
             return
         if index < load(ctl, C_WORKERS):
-            info = load(ctl, C_INFO)  # published before the job word moved
-            _claim_and_run(ctl)
-            _wait_done(ctl, info >> 32, info & _LOW)
+            _take_part(ctl)
 
 
 def _omp_entry(ctl):
-    """What each thread of an OpenMP team runs for a job: claims, as a pool worker does, and
-    waits for the job's last tasks the pool's way before OpenMP's own join."""
-    info = load(ctl, C_INFO)
-    _claim_and_run(ctl)
-    _wait_done(ctl, info >> 32, info & _LOW)
+    """What each thread of an OpenMP team runs for a job: what a pool worker does, before
+    OpenMP's own join."""
+    _take_part(ctl)
 
 
 # C-callable (its cfunc wrapper is what GOMP_parallel calls); nothing calls it from Python
