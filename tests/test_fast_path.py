@@ -400,6 +400,78 @@ def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, mo
         np.testing.assert_array_equal(jitops.subtract(a, b[:64]), a - b[None, :64])
 
 
+def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
+                                                                              monkeypatch):
+    # A remembered parallel repeat takes its thread count from the stamp it was recorded
+    # with (jitops.cpu.parallel.STAMP); anything that may change a count moves the stamp on,
+    # and the repeat then asks, follows the answer and, where it is still its count, takes
+    # the new stamp. Every count below is checked by whether a parallel job was launched.
+    if jitops.get_num_threads() < 2 or _cpu.HEADER_OFFSETS is None:
+        pytest.skip("needs two threads and verified ndarray headers")
+    import threading
+
+    from jitops.cpu import parallel
+
+    n = 2 * _config.PARALLEL_THRESHOLD
+    x, y, out = rng.random(n), rng.random(n), np.empty(n)
+    count = jitops.get_num_threads()
+    dispatch.clear()
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+    assert _parallel_memo(), "the parallel repeat was not remembered"
+    asked, launched = [], []
+    real_count, real_launch = dispatch._num_threads, dispatch._launch
+    monkeypatch.setattr(dispatch, "_num_threads", lambda: asked.append(1) or real_count())
+    monkeypatch.setattr(dispatch, "_launch", lambda *a: launched.append(
+        threading.get_ident()) or real_launch(*a))
+
+    def repeat():
+        out[:] = np.nan
+        assert jitops.subtract(x, y, out=out) is out
+        np.testing.assert_array_equal(out, x - y)
+
+    repeat()
+    assert (len(asked), len(launched)) == (0, 1)  # the stamp: not asked
+    try:
+        jitops.set_num_threads(1)
+        repeat()  # asked, and serial: the keyed path's serial launch, not the memo's
+        assert asked and len(launched) == 1
+    finally:
+        jitops.set_num_threads(count)
+    del asked[:], launched[:]
+    repeat()
+    repeat()
+    assert len(launched) == 2
+    # another thread inside threads(1): this thread's repeats ask (and stay parallel) while
+    # the block is open, and the other thread's own repeat of the same call runs serially
+    opened, close, done = threading.Event(), threading.Event(), []
+
+    def other():
+        with jitops.threads(1):
+            opened.set()
+            close.wait(30)
+            repeat()
+            done.append(len(launched))
+
+    t = threading.Thread(target=other)
+    t.start()
+    try:
+        assert opened.wait(30)
+        del asked[:], launched[:]
+        repeat()
+        repeat()
+        assert len(asked) == 2 and len(launched) == 2
+    finally:
+        close.set()
+        t.join(30)
+    assert done == [2], "the thread inside threads(1) launched a parallel job"
+    del asked[:], launched[:]
+    repeat()  # the block closed: asked once, then the new stamp is taken
+    repeat()
+    assert len(asked) == 1 and len(launched) == 2
+    assert parallel.STAMP[0] is not None
+
+
 def test_header_checks_refuse_any_other_object_without_writing(rng):
     # The kernel side of the memo: given objects that are not the remembered arrays (another
     # dtype object, shape, strides, a subclass, not an array at all), MISMATCH, nothing written.

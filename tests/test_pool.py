@@ -34,6 +34,7 @@ def _own_workers(monkeypatch):
     jitops.cpu.omp picks where another test of this process imported PyTorch
     (tests/test_omp_team.py covers that)."""
     monkeypatch.setattr(omp, "team", lambda: 0)
+    monkeypatch.setattr(omp, "_ready", 0)  # what a launch takes without asking team()
 
 
 def _generation() -> int:

@@ -44,6 +44,7 @@ def _restore_process_count():
     before = parallel._setting
     yield
     parallel._setting = before
+    parallel._restamp()  # (as set_num_threads does: remembered repeats ask for the count)
 
 
 def _ids(n_elems=N) -> set[int]:

@@ -53,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
+import itertools
 import os
 import platform
 import re
@@ -79,6 +80,25 @@ _setting: tuple[int, int, bool] | None = None
 
 #: The per-process decision: (pid it was made in, parallel allowed, serialise launches, why).
 _decision: tuple[int, bool, bool, str] | None = None
+
+#: The thread-count stamp: a new int whenever the count a call gets may have changed
+#: (set_num_threads, a fork, the last open ``threads()`` block of any thread closing), None
+#: while a ``threads()`` block is open in any thread. A repeated call that recorded the stamp
+#: beside its count (jitops.dispatch) and finds it unchanged knows :func:`num_threads` would
+#: give that count again without asking: right after a 1e6-element job has swept the caches,
+#: asking costs ~1% of the call. Never rebound (the front end holds the list).
+STAMP: list = [0]
+_stamps = itertools.count(1)
+_open_blocks = [0]  # threads() blocks open in all threads
+_stamp_lock = threading.Lock()
+
+
+def _restamp(opened: int = 0) -> None:
+    """A new stamp (after ``opened`` blocks opened, or closed where negative)."""
+    with _stamp_lock:
+        _open_blocks[0] += opened
+        STAMP[0] = None if _open_blocks[0] > 0 else next(_stamps)
+
 
 _OPENMP = re.compile(r"/lib(gomp|iomp5|omp)[-.][^/]*$")
 
@@ -134,9 +154,12 @@ def configure() -> None:
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _decision, _setting
+    global _lock, _decision, _setting, _stamp_lock
     if _setting is not None and not _setting[2]:
         _setting = None  # the default follows the child's own affinity
+    # (blocks other threads had open stay counted: the child repeats by asking, never wrong)
+    _stamp_lock = threading.Lock()
+    _restamp()
     # An OpenMP runtime present at the fork may have had threads in the parent, which the
     # child does not have: GNU OpenMP then hangs or is killed at its next parallel region.
     _state["forked_with_openmp"] = bool(openmp_runtimes())
@@ -314,6 +337,7 @@ def set_num_threads(n: int) -> None:
     """
     global _setting
     _setting = (pool.current_pid(), _checked(n, "jitops.set_num_threads"), True)
+    _restamp()  # after the count: a repeat that reads the new stamp finds the new count
 
 
 @contextlib.contextmanager
@@ -333,11 +357,13 @@ def threads(n: int):
     """
     n = _checked(n, "jitops.threads")
     before = _local.threads
+    _restamp(1)  # before the count changes: no repeat takes its recorded count meanwhile
     _local.threads = n
     try:
         yield
     finally:
         _local.threads = before
+        _restamp(-1)
 
 
 for _fn in (set_num_threads, threads):
@@ -379,6 +405,12 @@ def num_threads() -> int:
     return n if pool.AVAILABLE or _current()[1] else 1
 
 
+_POOL = pool.AVAILABLE
+_MODULES = sys.modules
+_get_ident = threading.get_ident
+_OMP_MAIN, _IMPORT_PID = omp._MAIN, omp._IMPORT_PID
+
+
 def launch(drivers: tuple, args: tuple, threads: int) -> int:
     """Run a parallel job on ``threads`` threads (what :func:`num_threads` gave the caller);
     returns its status. ``drivers`` is a family's compiled drivers for the job's signature:
@@ -390,7 +422,7 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
     cores are busy anyway); elsewhere Numba's layer runs it (:func:`launch_parallel`). One
     frame, no helper calls on the way (see :func:`num_threads`).
     """
-    if not pool.AVAILABLE:
+    if not _POOL:
         return launch_parallel(drivers[0], *args)
     p = pool._pool
     if p is None or p.pid != pool._pid:
@@ -402,7 +434,15 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
         workers = threads - 1
         if len(p.threads) < workers:
             p.ensure(workers)  # (on PyTorch's OpenMP team too: they run jobs after a stall)
-        fn = omp.team()
+        # omp.team()'s answer, asked only where it may differ from what omp settled on (the
+        # team, for the main thread of the process jitops was imported in; no team while
+        # PyTorch is not loaded): each call asked costs ~0.5% of a 1e6-element job
+        fn = omp._ready
+        if not fn:
+            if "torch" in _MODULES:
+                fn = omp.team()
+        elif _get_ident() != _OMP_MAIN or p.pid != _IMPORT_PID:
+            fn = omp.team()
         if fn != p.omp:
             p.use_omp(fn)
         return drivers[0](*args, p.ctl, workers)
