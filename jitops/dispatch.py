@@ -192,12 +192,11 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         # the dtype objects are compared by address: they live as long as this entry
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
                               (target.dtype, x.dtype, y.dtype))
+    entry = id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h, threads
     if threads == 1:
-        return id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h, threads, -1, None, \
-            None
+        return entry
     args = None if out is None else (launch.task, _ref(out), _ref(x), _ref(y), h[1])
-    return (id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h, threads,
-            -1 if stamp is None else stamp, _drivers(_KERNELS, _SIG), args)
+    return entry + (-1 if stamp is None else stamp, _drivers(_KERNELS, _SIG), args)
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
