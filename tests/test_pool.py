@@ -64,9 +64,10 @@ def test_workers_run_part_of_every_large_call():
 @needs_two
 @pytest.mark.parametrize("transposed", [False, True])
 def test_tasks_are_claimed_in_shrinking_runs(transposed):
-    """Guided scheduling: a job of hundreds of tasks (a tiled transpose: neighbouring tiles
-    share cache lines) is taken in a few dozen claims, each run of consecutive tasks at
-    most the unclaimed tasks over twice the threads, never fewer than one task."""
+    """Each thread claims runs of its own range that shrink (a quarter of what is left), and
+    steals quarters of what is left of another's: a job of hundreds of tasks (a tiled
+    transpose: neighbouring tiles share cache lines) is taken in a few dozen claims, and
+    runs shrink to single tasks as each range ends."""
     from jitops.core.plan import TILED, make_plan
 
     a = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
@@ -80,14 +81,140 @@ def test_tasks_are_claimed_in_shrinking_runs(transposed):
     ctl = pool.get().ctl
     ntasks, claims = _tasks_of_last_job(), pool.word(ctl, pool.C_CLAIMS)
     threads = jitops.get_num_threads()
-    # the fewest claims: each takes left // (2 threads); the most: that, plus one per task
-    # of the tail where runs are single tasks
+    assert pool.word(ctl, pool.C_NRANGES) == threads and pool.word(ctl, pool.C_UNIT) == 1
     assert ntasks >= 4 * threads
     assert 1 <= claims <= ntasks
     if ntasks >= 256:
         assert claims < ntasks // 4
-    # a tail of single tasks stays: runs shrink to one task as the job ends
+    # a tail of single tasks stays in every range: at least the last three of each
     assert claims >= min(ntasks, 2 * threads)
+
+
+def _caller_firsts(call, jobs: int) -> list[tuple[int, int]]:
+    """(generation, first task the caller ran of its own range) of ``jobs`` calls."""
+    seen = []
+    for _ in range(jobs):
+        call()
+        seen.append((_generation(), pool.word(pool.get().ctl, pool.C_CALLER_FIRST)))
+    return seen
+
+
+@needs_two
+@pytest.mark.parametrize("alternate", [1, 0])
+def test_each_thread_keeps_its_range_and_every_other_job_walks_it_backwards(alternate):
+    """The caller owns the first of the job's ranges, job after job, and begins it at the
+    low end, or -- every other job, while ALTERNATE is on -- at the high end, where the last
+    job left it (so its caches still hold that data). Thieves only take from the far end, so
+    the caller's first task is that whenever it ran any of its own range. Answers stay
+    exact either way."""
+    p = pool.get()
+    x = np.linspace(-3, 3, N).astype(np.float32)
+    y = x[::-1].copy()
+    o = np.empty_like(x)
+    saved = int(p.words[pool.C_ALTERNATE])
+    p.words[pool.C_ALTERNATE] = alternate
+    try:
+        seen = _caller_firsts(lambda: jitops.subtract(x, y, out=o), 12)
+        np.testing.assert_array_equal(o, x - y)
+    finally:
+        p.words[pool.C_ALTERNATE] = saved
+    ntasks, nranges = _tasks_of_last_job(), pool.word(p.ctl, pool.C_NRANGES)
+    assert nranges == jitops.get_num_threads()
+    own_end = ntasks // nranges - 1  # the caller's range: tasks 0 .. own_end
+    ran_own = [(g, first) for g, first in seen if first != -1]
+    assert len(ran_own) >= 6  # the caller ran part of its own range (thieves leave it that)
+    for g, first in ran_own:
+        assert first == (own_end if alternate and g % 2 else 0), seen
+    if alternate:
+        assert {g % 2 for g, _ in ran_own} == {0, 1}
+    # a tiled transpose is always walked forwards (backwards its tiles ran 9% slower)
+    a = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
+    t = np.empty_like(a)
+    saved = int(p.words[pool.C_ALTERNATE])
+    p.words[pool.C_ALTERNATE] = alternate
+    try:
+        seen = _caller_firsts(lambda: jitops.subtract(a.T, a, out=t), 6)
+        np.testing.assert_array_equal(t, a.T - a)
+    finally:
+        p.words[pool.C_ALTERNATE] = saved
+    assert {first for _, first in seen} <= {0, -1} and (0 in {first for _, first in seen})
+
+
+@needs_two
+def test_a_job_of_one_thread_walks_all_its_tasks_each_way(monkeypatch):
+    """With no worker (a call's own pooled driver and arguments, run with 0 workers) the
+    caller owns the one range: every task, forwards then backwards, and the answers exact."""
+    seen = {}
+    real = parallel.launch
+
+    def spy(drivers, args, threads):
+        seen["drivers"], seen["args"] = drivers, args
+        return real(drivers, args, threads)
+
+    monkeypatch.setattr(parallel, "launch", spy)
+    x = np.arange(N + 3, dtype=np.float64)  # a shape no other test launched
+    y = np.full(N + 3, 0.5)
+    o = np.empty_like(x)
+    jitops.subtract(x, y, out=o)
+    pooled, args = seen["drivers"][0], seen["args"]
+    assert args[1:4] == (id(o), id(x), id(y))
+    p = pool.get()
+    firsts = []
+    with p.lock:
+        for _ in range(4):
+            o[:] = np.nan
+            assert pooled(*args, p.ctl, 0) == kernels.OK
+            np.testing.assert_array_equal(o, x - y)
+            ntasks = _tasks_of_last_job()
+            assert ntasks >= 8 and pool.word(p.ctl, pool.C_BY_CALLER) == ntasks
+            firsts.append((_generation() % 2, pool.word(p.ctl, pool.C_CALLER_FIRST)))
+    assert sorted(set(firsts)) == [(0, 0), (1, ntasks - 1)]
+
+
+_STEAL_STRESS = """
+    import itertools, sys
+    import numpy as np, jitops
+    from jitops.cpu import pool
+    assert jitops.get_num_threads() == 5
+    rng = np.random.default_rng(7)
+    p = pool.get()
+    w = p.words
+    shapes = [(70_001,), (300_007,), (1024, 1031), (3, 70_000), (257, 4099)]
+    add3 = jitops.elementwise(lambda a, b, c: a * b + c)
+    calls = 0
+    for cap, units, alt in itertools.product((5, 3, 1), (pool.MAX_UNITS, 7, 2), (1, 0)):
+        with p.lock:
+            w[pool.C_RANGE_CAP], w[pool.C_MAX_UNITS], w[pool.C_ALTERNATE] = cap, units, alt
+        for shape in shapes:
+            x = rng.standard_normal(shape).astype(np.float32)
+            y = rng.standard_normal(shape[-1:]).astype(np.float32)
+            for xx in (x, x.T if x.ndim == 2 else x[::-1]):
+                yy = rng.standard_normal(xx.shape).astype(np.float32)
+                for _ in range(2):
+                    o = np.full(xx.shape, np.nan, np.float32)
+                    jitops.subtract(xx, yy, out=o)
+                    assert np.array_equal(o, xx - yy), (cap, units, alt, shape)
+                    calls += 1
+            r = add3(x, y, y)
+            assert np.array_equal(r, x * y + y), (cap, units, alt, shape)
+            calls += 1
+            assert pool.word(p.ctl, pool.C_NRANGES) == min(5, cap)
+            assert pool.word(p.ctl, pool.C_UNIT) >= 1
+    print(calls)
+"""
+
+
+def test_oversubscribed_threads_steal_and_write_every_element():
+    """Five threads on this machine's cores (more than it has, so threads are descheduled
+    mid-job and others steal from their ranges), with fewer range words than threads (the
+    rest only steal), jobs cut into units of several tasks, and both walk orders: every
+    element of every layout written exactly as NumPy computes it. Its own process, with a
+    timeout: a lost task would be a hang."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="5", JITOPS_NUM_THREADS="5")
+    res = subprocess.run([sys.executable, "-c", textwrap.dedent(_STEAL_STRESS)],
+                         capture_output=True, text=True, timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert int(res.stdout.split()[-1]) == 18 * 5 * 5
 
 
 @pytest.mark.parametrize("threads", [2, 3, 4, 16])

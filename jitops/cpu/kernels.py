@@ -831,8 +831,9 @@ def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
     status, po, px, py = resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
-    ntasks = as_pointer(pmeta, _I64)[M_NTASKS]
-    failed = pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta, ntasks)
+    meta = as_pointer(pmeta, _I64)
+    failed = pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta,
+                          meta[M_NTASKS], meta[M_VARIANT] != V_TILED)
     return TASK_FAILED if failed else OK
 
 

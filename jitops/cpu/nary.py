@@ -602,8 +602,9 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
     if status != OK:
         return status
     pptrs = address_of(ptrs)
-    ntasks = as_pointer(pmeta, _I64)[U_NTASKS]
-    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, 0, 0, ntasks)
+    meta = as_pointer(pmeta, _I64)
+    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, 0, 0,
+                          meta[U_NTASKS], meta[U_VARIANT] != V_TILED)
     return TASK_FAILED if failed else OK
 
 
