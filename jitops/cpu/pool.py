@@ -402,6 +402,30 @@ def _run_units(ctl, first, count, backwards, unit, total):
 
 
 @inner
+def _claim(ctl, slot, gen, from_high):
+    """Claim a quarter (at least one) of the units left in the range whose word is ``slot``,
+    for job ``gen``, from its high end if ``from_high`` else from its low end; returns
+    (first unit, count): count 0 where the range is empty, -1 where the word is another
+    job's (this one is done). A compare-and-swap another thread won is tried again."""
+    while True:
+        w = load(ctl, slot)
+        if (w >> 40) & _GEN != gen:
+            return 0, -1
+        lo = (w >> 20) & _END
+        hi = w & _END
+        if lo >= hi:
+            return 0, 0
+        g = (hi - lo) >> 2
+        if g < 1:
+            g = 1
+        if from_high:
+            if compare_swap(ctl, slot, w, w - g):
+                return hi - g, g
+        elif compare_swap(ctl, slot, w, w + (g << 20)):
+            return lo, g
+
+
+@inner
 def _claim_and_run(ctl, me, info):
     """Take part in job ``info`` (its :data:`C_INFO` word) as thread ``me`` (the caller 0,
     worker ``i`` ``i + 1``): claim and run runs of tasks until none is left; returns how many
@@ -429,25 +453,14 @@ def _claim_and_run(ctl, me, info):
     claims = 0
     failed = 0
     first_own = -1
-    if me < nranges:  # this thread's own range
+    if me < nranges:  # this thread's own range, from its own end
         slot = C_RANGES + 8 * me
         while True:
-            w = load(ctl, slot)
-            if (w >> 40) & _GEN != gen:
-                break  # another job's word: this one is done
-            lo = (w >> 20) & _END
-            hi = w & _END
-            if lo >= hi:
-                break
-            g = (hi - lo) >> 2
-            if g < 1:
-                g = 1
-            first = hi - g if backwards else lo
-            new = w - g if backwards else w + (g << 20)
-            if not compare_swap(ctl, slot, w, new):
-                continue  # a thief took some meanwhile
+            first, g = _claim(ctl, slot, gen, backwards)
+            if g <= 0:
+                break  # empty, or another job's word
             if first_own < 0:  # the task this thread began its range with
-                first_own = min(hi * unit, total) - 1 if backwards else lo * unit
+                first_own = min((first + g) * unit, total) - 1 if backwards else first * unit
             r, f = _run_units(ctl, first, g, backwards, unit, total)
             ran += r
             failed += f
@@ -455,23 +468,12 @@ def _claim_and_run(ctl, me, info):
     # then the far ends of the others' ranges
     k = 1
     while k <= nranges:
-        v = (me + k) % nranges
-        slot = C_RANGES + 8 * v
-        w = load(ctl, slot)
-        if (w >> 40) & _GEN != gen:
+        first, g = _claim(ctl, C_RANGES + 8 * ((me + k) % nranges), gen, not backwards)
+        if g < 0:
             break  # another job's word: this one is done
-        lo = (w >> 20) & _END
-        hi = w & _END
-        if lo >= hi:
+        if g == 0:
             k += 1  # nothing left there: the next range
             continue
-        g = (hi - lo) >> 2
-        if g < 1:
-            g = 1
-        first = lo if backwards else hi - g
-        new = w + (g << 20) if backwards else w - g
-        if not compare_swap(ctl, slot, w, new):
-            continue  # its owner or another thief claimed first: look again
         r, f = _run_units(ctl, first, g, False, unit, total)
         ran += r
         failed += f
