@@ -71,6 +71,7 @@ _IMPORT_PID = os.getpid()
 _state = {
     "fn": None,  # GOMP_parallel's address in PyTorch's libgomp (0: none loaded), once looked up
     "text": (),  # that library's code: (start, end) address ranges
+    "tnum": 0,  # that library's omp_get_thread_num (0: none), for jitops.cpu.pool
     "inherited": False,  # the interpreter shows a fork before jitops was imported
     "next_look": 0.0,
     "waited": 0.0,  # seconds looks waited for a running thread to fall asleep (_wait_for_team)
@@ -87,17 +88,20 @@ def _forked() -> bool:
     return pool.current_pid() != _IMPORT_PID or _state["inherited"]
 
 
-def _torch_libgomp() -> tuple[int, tuple[tuple[int, int], ...]]:
-    """``GOMP_parallel``'s address in the GNU OpenMP library PyTorch loaded, and that
-    library's code ranges; (0, ()) where PyTorch has none loaded."""
+def _torch_libgomp() -> tuple[int, int, tuple[tuple[int, int], ...]]:
+    """``GOMP_parallel``'s and ``omp_get_thread_num``'s addresses in the GNU OpenMP library
+    PyTorch loaded (the second 0 where it has none), and that library's code ranges;
+    (0, 0, ()) where PyTorch has none loaded."""
     where = getattr(sys.modules.get("torch"), "__file__", None)
     if not isinstance(where, str) or not where:  # a stand-in module (a test's mock): none
-        return 0, ()
+        return 0, 0, ()
     base = os.path.dirname(where)
     for path in sorted(glob.glob(os.path.join(base, "lib", "libgomp*.so*"))):
         try:  # RTLD_NOLOAD: only a library that is already loaded
             lib = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
             fn = ctypes.cast(lib.GOMP_parallel, ctypes.c_void_p).value or 0
+            tnum = (ctypes.cast(lib.omp_get_thread_num, ctypes.c_void_p).value or 0
+                    if hasattr(lib, "omp_get_thread_num") else 0)
         except (OSError, AttributeError):
             continue
         real = os.path.realpath(path)
@@ -112,8 +116,8 @@ def _torch_libgomp() -> tuple[int, tuple[tuple[int, int], ...]]:
         except OSError:
             text = []
         if fn:
-            return fn, tuple(text)
-    return 0, ()
+            return fn, tnum, tuple(text)
+    return 0, 0, ()
 
 
 def _team_thread_seen(text: tuple[tuple[int, int], ...]) -> bool | None:
@@ -186,7 +190,7 @@ def team() -> int:
         return 0
     fn = _state["fn"]
     if fn is None:
-        fn, _state["text"] = _torch_libgomp()
+        fn, _state["tnum"], _state["text"] = _torch_libgomp()
         _state["fn"] = fn
     if not fn:
         return 0

@@ -444,7 +444,7 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
         elif _get_ident() != _OMP_MAIN or p.pid != _IMPORT_PID:
             fn = omp.team()
         if fn != p.omp:
-            p.use_omp(fn)
+            p.use_omp(fn, omp._state["tnum"])  # (the team's, looked up with fn)
         return drivers[0](*args, p.ctl, workers)
     finally:
         lock.release()

@@ -63,7 +63,7 @@ from .jit import ENTRY, inner
 _I64 = types.int64
 
 # The control block: int64 words, the contended ones a cache line (8 words) apart.
-C_NRANGES, C_UNIT, C_NLOG = 0, 1, 2  # the job's layout: ranges, tasks per unit, units
+C_NRANGES, C_UNIT = 0, 1  # the job's layout: its ranges, and tasks per unit
 C_INFO = 8  # generation << 32 | number of tasks: the job's generation, published last
 C_DONE = 16  # tasks finished in this job
 C_FAILED = 24  # tasks whose compiled code returned an error status
@@ -538,7 +538,6 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
     nunits = (ntasks + unit - 1) // unit
     store(ctl, C_NRANGES, nranges)
     store(ctl, C_UNIT, unit)
-    store(ctl, C_NLOG, nunits)
     tag = (gen & _GEN) << 40
     for r in range(nranges):
         store(ctl, C_RANGES + 8 * r,
@@ -671,26 +670,6 @@ def word(ctl: int, index: int) -> int:
     return ctypes.c_int64.from_address(ctl + 8 * index).value
 
 
-def _sibling(fn: int, name: str) -> int:
-    """The address of ``name`` in the shared library that holds address ``fn`` (``dladdr``),
-    0 where it cannot be found."""
-
-    class _DlInfo(ctypes.Structure):
-        _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                    ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-    try:
-        libc = ctypes.CDLL(None)
-        info = _DlInfo()
-        libc.dladdr.argtypes = (ctypes.c_void_p, ctypes.POINTER(_DlInfo))
-        if not libc.dladdr(ctypes.c_void_p(fn), ctypes.byref(info)) or not info.dli_fname:
-            return 0
-        lib = ctypes.CDLL(info.dli_fname.decode(), mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
-        return ctypes.cast(getattr(lib, name), ctypes.c_void_p).value or 0
-    except (OSError, AttributeError, UnicodeDecodeError):
-        return 0
-
-
 class Pool:
     """One process's pool: a control block that is never freed (workers may still read it
     while the interpreter shuts down) and the worker threads, started on demand."""
@@ -726,14 +705,14 @@ class Pool:
         self.words = words
         self.omp = 0  # what C_OMP holds
 
-    def use_omp(self, fn: int) -> None:
-        """Run the next jobs on the OpenMP runtime whose ``GOMP_parallel`` is at ``fn``, or on
-        the pool's own workers (``fn`` 0). Called with the lock held."""
+    def use_omp(self, fn: int, tnum: int = 0) -> None:
+        """Run the next jobs on the OpenMP runtime whose ``GOMP_parallel`` is at ``fn`` (its
+        ``omp_get_thread_num`` at ``tnum``, 0 if unknown), or on the pool's own workers
+        (``fn`` 0). Called with the lock held."""
         if fn != self.omp:
             if fn and not self.words[C_OMP_ENTRY]:
                 self.words[C_OMP_ENTRY] = omp_entry_address()
-            if fn:
-                self.words[C_OMP_TNUM] = _sibling(fn, "omp_get_thread_num")
+            self.words[C_OMP_TNUM] = tnum
             self.words[C_OMP] = self.omp = fn
 
     def ensure(self, workers: int) -> None:
