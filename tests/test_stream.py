@@ -61,11 +61,18 @@ def test_chosen_for_outputs_beyond_the_cache(monkeypatch):
     col, row = np.ones((4096, 1), np.float32), np.ones((1, 4096), np.float32)
     assert _launch_streams(lambda: jitops.subtract(col, row))
     assert not _launch_streams(lambda: jitops.subtract(col[:1024], row[:, :1024]))  # 4 MB
-    # complex elements are pairs the vectoriser does not store whole; transposes are tiled
+    # complex elements are pairs the vectoriser does not store whole
     c = np.ones(5 * 10**6, np.complex64)
     assert not _launch_streams(lambda: jitops.add(c, c))
+    # a transpose's tiles stage the transposed input: its out rows stream like any row (the
+    # built-in kernels); a user op runs a tile's rows strided, and keeps ordinary stores
     sq = np.ones((4096, 4096), np.float32)
-    assert not _launch_streams(lambda: jitops.subtract(sq.T, sq))
+    assert _launch_streams(lambda: jitops.subtract(sq.T, sq))
+    assert _launch_streams(lambda: jitops.subtract(sq, sq.T, out=np.empty_like(sq)))
+    assert not _launch_streams(lambda: jitops.elementwise(lambda a, b: a - b)(sq.T, sq))
+    assert not _launch_streams(lambda: jitops.subtract(sq[:1024, :1024].T, sq[:1024, :1024]))
+    # neither input contiguous along the rows nor staged: nothing streams
+    assert not _launch_streams(lambda: jitops.subtract(sq[:, ::2], sq[:, 1::2]))
     monkeypatch.setattr(config, "STREAM_BYTES", 0)  # switched off
     assert not _launch_streams(lambda: jitops.subtract(big, big, out=o))
     monkeypatch.setattr(kernels, "STREAM_AVAILABLE", False)  # not x86-64
@@ -152,6 +159,32 @@ def test_broadcast_rows_and_the_parallel_kernel(stream_everything):
         jitops.multiply(big, big[::-1].copy(), out=o)
         np.testing.assert_array_equal(o, big * big[::-1])
         assert np.array_equal(jitops.fmin(big, 0.5), np.fmin(big, np.float32(0.5)))
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "float16", "float32", "float64"])
+def test_transposes_stream_their_tile_rows_at_every_output_alignment(stream_everything, dtype):
+    """A tiled task streams each tile row of out after staging the transposed input: rows of
+    TILE_J elements and a partial last tile, starting at every alignment (rows of an odd
+    length move the start of each one), serial and parallel-sized, either operand
+    transposed; every element is NumPy's, and the launch really is a tiled streaming one."""
+    from jitops.cpu import nary
+
+    itemsize = np.dtype(dtype).itemsize
+    for rows, cols in ((67, 1029), (130, 700)):  # 69k and 91k elements: both drivers
+        a = _data(rows * cols, dtype, 7).reshape(cols, rows).T  # (rows, cols), transposed
+        b = _data(rows * cols, dtype, 8).reshape(rows, cols)
+        for off in (0, 1, stream.STREAM_ALIGN // itemsize - 1):
+            for xv, yv, op, ref in ((a, b, "maximum", np.maximum), (b, a, "add", np.add)):
+                out = _offset_view(rows * cols, dtype, off).reshape(rows, cols)
+                dispatch.clear()
+                got = getattr(jitops, op)(xv, yv, out=out)
+                (launch,) = dispatch._FAST.values()
+                (spec,) = [sp for sp, addr in [*kernels._TASKS.items(), *nary._TASKS.items()]
+                           if addr == launch.task]
+                assert spec.tiled and spec.stream, (op, rows, cols, off)
+                assert got is out
+                np.testing.assert_array_equal(out.view(np.uint8), ref(xv, yv).view(np.uint8),
+                                              err_msg=f"{op} {rows}x{cols} offset={off}")
 
 
 @pytest.mark.parametrize("dtype", ["float16", "int8", "float32", "float64"])

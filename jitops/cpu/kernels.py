@@ -915,7 +915,8 @@ def read_in_full(plan: Plan) -> list[bool]:
     return [0 not in st for st in plan.iter_strides[1:]]
 
 
-def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
+def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
+                  staged_tiles: bool = False) -> bool:
     """Whether a call writes its output with non-temporal stores (jitops.cpu.stream).
 
     Where the data it moves -- the output and every input read in full (no broadcast dim) --
@@ -929,15 +930,30 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bo
     its reader.
     Rows must be unit-stride and the dtype one the vectoriser stores as whole vectors (not
     complex, whose elements are pairs); x86-64 only.
+
+    ``staged_tiles``: the caller's tiled tasks stage an input that runs across the tile's
+    rows into a contiguous stack tile (the built-in kernels' :func:`stage_tiles`; user ops
+    run a tile's rows strided), so such an input counts as unit-stride. Each tile row of out
+    is then a contiguous run of ``TILE_J`` elements, streamed like any row: measured on
+    4096^2 ``X.T - Y``, out= (one process each way, alternated): float32 21.4-24.4 ms
+    against 24.4-27.9 ms with ordinary stores, float64 41-43 against 46-48, int16 9.8-12.0
+    against 12.2-12.5, float16 13-15 against 16-17.
     """
     rows = plan.iter_strides
+    tiled = plan.variant == TILED
     if not (STREAM_AVAILABLE and config.STREAM_BYTES > 0 and out.kind != "c"
-            and plan.variant != TILED and rows[0][-1] == 1
-            and all(st[-1] in (0, 1) for st in rows[1:])):
+            and (staged_tiles or not tiled) and rows[0][-1] == 1
+            and all(st[-1] in (0, 1) or (tiled and _staged_input(st)) for st in rows[1:])):
         return False
     full = [dt for dt, whole in zip(inputs, read_in_full(plan)) if whole]
     moved = plan.size * (out.itemsize + sum(dt.itemsize for dt in full))
     return moved >= config.STREAM_BYTES
+
+
+def _staged_input(strides: tuple[int, ...]) -> bool:
+    """Whether a tiled task stages an input with these iteration strides (the test of
+    :func:`_staged`: it moves less down the tile's rows than along them)."""
+    return len(strides) >= 2 and strides[-1] != 0 and abs(strides[-2]) < abs(strides[-1])
 
 
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
