@@ -99,6 +99,27 @@ def test_the_machine_code_has_vector_non_temporal_stores(dtype, insn):
     assert insn in asm, f"no {insn} in the {dtype} add task"
 
 
+@pytest.mark.skipif(not X86, reason="streaming stores are x86-64 only")
+def test_a_user_ops_rows_vectorise_with_non_temporal_stores():
+    """A user op's row loops (LLVM IR around a call of its element function) are vectorised
+    after the element is inlined: vector arithmetic and vector non-temporal stores in a
+    streaming task compiled afresh (uncached)."""
+    import re
+
+    from jitops.cpu import nary, registries
+    from jitops.cpu.jit import inner
+
+    f = jitops.elementwise(lambda a, b, c: a * b + c)
+    dt = np.dtype(np.float32)
+    f(np.ones(3, dt), np.ones(3, dt), np.ones(3, dt))  # registers the function
+    spec = nary.UserSpec(f.key, (dt, dt, dt), dt, dt, f.returned(dt), False, True)
+    task = inner(nary.user_task.py_func)
+    sig = (spec.numba_type,) + (kernels._I64,) * 3
+    registries.compile_with(lambda: task.compile(sig), builtin=False)
+    found = set(re.findall(r"\bv(?:movntps|mulps|addps)\b", task.inspect_asm(sig)))
+    assert found == {"vmovntps", "vmulps", "vaddps"}, found
+
+
 def _offset_view(n: int, dtype, off: int) -> np.ndarray:
     """An n-element output starting ``off`` elements past a 32-byte boundary of a buffer
     filled with a poison pattern (so every phase of head, body and tail is exercised)."""

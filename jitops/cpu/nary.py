@@ -7,7 +7,8 @@ disagree on layout), a serial and a parallel driver run them, and a task's failu
 exception inside the user's function) reaches the caller as a status, never as an unwritten
 element.
 
-Each row runs one of two loops:
+Each row runs one of two loops (:func:`user_rows`, LLVM IR around one call of the spec's
+element function -- the user's function between the loads and the store):
 
 * ``contig`` -- ``out`` unit-stride and every input unit-stride or constant along the row
   (the common broadcasts: ``x * w + b`` with ``w``, ``b`` per channel). A constant input is
@@ -49,13 +50,13 @@ import hashlib
 import os
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import (
     NativeValue,
     intrinsic,
     models,
-    overload,
     register_model,
     typeof_impl,
     unbox,
@@ -65,7 +66,7 @@ from numba.np.numpy_support import from_dtype
 from ..core.plan import Plan
 from . import cache, pool, registries
 from .half import float_to_half, half_to_float
-from .jit import ENTRY, INNER, inner, wrapper
+from .jit import ENTRY, inner, wrapper
 from .kernels import (
     _LL32,
     _LL64,
@@ -82,6 +83,8 @@ from .kernels import (
     WRITEABLE,
     _c,
     _Emit,
+    _emit_loop,
+    _smin,
     emit_odometer_step,
     emit_task_span,
     emit_unravel,
@@ -90,7 +93,7 @@ from .kernels import (
     task_geometry,
 )
 from .spec import address_of, as_pointer, storage, to_bool_byte
-from .stream import STREAM_ALIGN, store_fence, stream_head, stream_put
+from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head, emit_stream_put
 
 _I64 = types.int64
 
@@ -202,26 +205,6 @@ def _typeof_spec(val, c):
     return val.numba_type
 
 
-_STACK_BUFFER = {}
-
-
-def _stack_buffer_of(ty):
-    """An intrinsic giving ``BUFFER`` words of Numba type ``ty`` on the caller's stack."""
-    fn = _STACK_BUFFER.get(ty)
-    if fn is None:
-        @intrinsic
-        def stack_buffer(typingctx):
-            sig = types.CPointer(ty)()
-
-            def codegen(context, builder, signature, args):
-                return cgutils.alloca_once(builder, context.get_data_type(ty), size=BUFFER)
-
-            return sig, codegen
-
-        fn = _STACK_BUFFER[ty] = stack_buffer
-    return fn
-
-
 _DISPATCHERS: dict = {}
 
 
@@ -265,14 +248,6 @@ def cached_return(key: str, compute: np.dtype) -> np.dtype | None:
     return None if ret is None else np.dtype(ret)
 
 
-def user_task(spec, pptrs, pmeta, t):
-    """One task of a user op (the code is generated for the spec's number of inputs)."""
-
-
-def _literal(nops) -> int | None:
-    return nops.literal_value if isinstance(nops, types.IntegerLiteral) else None
-
-
 def _walker(builder, meta, nops):
     """An emitter over ``meta`` (an int64 pointer) with ``stride(k, d)``: operand ``k``'s
     element stride along dim ``d`` (0 is out), for ``nops`` operands."""
@@ -286,169 +261,67 @@ def _walker(builder, meta, nops):
     return e, nd, stride
 
 
-@intrinsic
-def first_row(typingctx, meta, t, offs, idx, nops):
-    """Set ``offs`` to every operand's offset at the start of task ``t`` and the odometer
-    ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
+def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops):
+    """LLVM IR: set ``offs`` to every operand's offset at the start of task ``t`` and the
+    odometer ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
 
     The same tasks as the built-in kernels, decoded by the same IR
-    (:func:`jitops.cpu.kernels.emit_task_span`). LLVM IR for ``nops`` operands (a literal;
-    the loops over them unrolled here): as compiled Python helpers this and :func:`next_row`
-    cost 0.4-0.5 s of the first user op's compile, which now only types two intrinsic calls.
-    """
-    n_ops = _literal(nops)
-    if n_ops is None or not all(isinstance(a, types.CPointer) for a in (meta, offs, idx)):
-        return None
-    sig = types.Tuple((_I64, _I64, types.boolean))(meta, _I64, offs, idx, nops)
-
-    def codegen(context, builder, signature, args):
-        meta_p, t, offs_p, idx_p, _ = args
-        b = builder
-        e, nd, stride = _walker(b, meta_p, n_ops)
-        word, cmp = e.word, e.cmp
-        sh = U_HDR + n_ops
-        tiled = cmp("==", word(U_VARIANT), V_TILED)
-        dim_j = word(b.add(_c(sh - 1), nd))
-        two = b.select(cmp(">", nd, 2), b.sub(nd, _c(2)), _c(0))
-        dim_i = word(b.add(_c(sh), two))
-        span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
-                              word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
-                              word(U_ROWS_PER_TASK), word(U_ROWS))
-        r, i0, j0, nrows, n = span
-        last = b.sub(nd, _c(1))
+    (:func:`jitops.cpu.kernels.emit_task_span`), for ``n_ops`` operands (the loops over them
+    unrolled here)."""
+    e, nd, stride = _walker(b, meta_p, n_ops)
+    word, cmp = e.word, e.cmp
+    sh = U_HDR + n_ops
+    tiled = cmp("==", word(U_VARIANT), V_TILED)
+    dim_j = word(b.add(_c(sh - 1), nd))
+    two = b.select(cmp(">", nd, 2), b.sub(nd, _c(2)), _c(0))
+    dim_i = word(b.add(_c(sh), two))
+    span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
+                          word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
+                          word(U_ROWS_PER_TASK), word(U_ROWS))
+    r, i0, j0, nrows, n = span
+    last = b.sub(nd, _c(1))
+    for k in range(n_ops):
+        at = b.gep(offs_p, [_c(k)])
+        b.store(b.add(word(U_HDR + k), b.mul(j0, stride(k, last))), at)
+    with b.if_then(tiled):
         for k in range(n_ops):
             at = b.gep(offs_p, [_c(k)])
-            b.store(b.add(word(U_HDR + k), b.mul(j0, stride(k, last))), at)
-        with b.if_then(tiled):
-            for k in range(n_ops):
-                at = b.gep(offs_p, [_c(k)])
-                b.store(b.add(b.load(at), b.mul(i0, stride(k, b.sub(nd, _c(2))))), at)
-        outer = b.select(tiled, b.sub(nd, _c(2)), last)
-        walk = b.or_(tiled, cmp("==", nd, 2))
-        # unravel the first row once (div/mod); the rows after it are walked
-        emit_unravel(b, r, outer, lambda d: word(b.add(_c(sh), d)),
-                     lambda d: [stride(k, d) for k in range(n_ops)],
-                     [b.gep(offs_p, [_c(k)]) for k in range(n_ops)], idx_p)
-        return context.make_tuple(b, signature.return_type, [nrows, n, walk])
-
-    return sig, codegen
+            b.store(b.add(b.load(at), b.mul(i0, stride(k, b.sub(nd, _c(2))))), at)
+    outer = b.select(tiled, b.sub(nd, _c(2)), last)
+    walk = b.or_(tiled, cmp("==", nd, 2))
+    # unravel the first row once (div/mod); the rows after it are walked
+    emit_unravel(b, r, outer, lambda d: word(b.add(_c(sh), d)),
+                 lambda d: [stride(k, d) for k in range(n_ops)],
+                 [b.gep(offs_p, [_c(k)]) for k in range(n_ops)], idx_p)
+    return nrows, n, walk
 
 
-@intrinsic
-def next_row(typingctx, meta, offs, idx, walk, nops):
-    """Step every operand's offset to the next row: one dim (``walk``) or the odometer
-    (``nops`` as in :func:`first_row`)."""
-    n_ops = _literal(nops)
-    if n_ops is None or not all(isinstance(a, types.CPointer) for a in (meta, offs, idx)):
-        return None
-    sig = types.void(meta, offs, idx, types.boolean, nops)
+def _emit_next_row(b, meta_p, offs_p, idx_p, walk, n_ops):
+    """LLVM IR: step every operand's offset to the next row: along one dim (``walk``) or
+    with the odometer."""
+    e, nd, stride = _walker(b, meta_p, n_ops)
+    done = e.done
+    slots = [b.gep(offs_p, [_c(k)]) for k in range(n_ops)]
 
-    def codegen(context, builder, signature, args):
-        meta_p, offs_p, idx_p, walk, _ = args
-        b = builder
-        e, nd, stride = _walker(b, meta_p, n_ops)
-        done = e.done
-        slots = [b.gep(offs_p, [_c(k)]) for k in range(n_ops)]
+    def strides(d):
+        return [stride(k, d) for k in range(n_ops)]
 
-        def strides(d):
-            return [stride(k, d) for k in range(n_ops)]
-
-        with b.if_then(walk):
-            for slot, st in zip(slots, strides(b.sub(nd, _c(2)))):
-                b.store(b.add(b.load(slot), st), slot)
-            b.branch(done)
-        emit_odometer_step(b, nd, lambda d: e.word(b.add(_c(U_HDR + n_ops), d)), strides,
-                           slots, idx_p, done)
-        return context.get_dummy_value()
-
-    return sig, codegen
+    with b.if_then(walk):
+        for slot, st in zip(slots, strides(b.sub(nd, _c(2)))):
+            b.store(b.add(b.load(slot), st), slot)
+        b.branch(done)
+    emit_odometer_step(b, nd, lambda d: e.word(b.add(_c(U_HDR + n_ops), d)), strides,
+                       slots, idx_p, done)
+    b.position_at_end(done)
 
 
-@intrinsic
-def imin(typingctx, a, b):
-    """The smaller of two integers, as int64: an LLVM select (Python's ``min`` compiles
-    Numba's overload of it, and a conditional expression costs Numba's rewrite passes more,
-    each 0.02-0.06 s of a new user op's compile)."""
-    if not (isinstance(a, types.Integer) and isinstance(b, types.Integer)):
-        return None
-
-    def codegen(context, builder, signature, args):
-        x, y = (context.cast(builder, v, t, _I64) for v, t in zip(args, signature.args))
-        return builder.select(builder.icmp_signed("<", x, y), x, y)
-
-    return _I64(a, b), codegen
-
-
-def _task_source(n: int, inputs: tuple[str, ...], out: str, ret, stream: bool = False) -> str:
-    """One task for ``n`` inputs (operand 0 is ``out``), as Python source: only the row loops
-    are written per operand; the walk between rows is the generic helpers above."""
-    ks = range(n + 1)
-    ins = range(1, n + 1)
-    L = []
-    a = L.append
-    a("def task(spec, pptrs, pmeta, t):")
-    a("    meta = as_pointer(pmeta, I64)")
-    a("    ptrs = as_pointer(pptrs, I64)")
-    a("    nd = meta[U_ND]")
-    a("    idx = stack_words()")
-    a("    offs = stack_words()")
-    # the strides along a row, read in place: a helper taking the operand would be compiled
-    # once per literal operand number
-    a(f"    sb = U_HDR + {n + 1} + nd + nd - 1")
-    for k in ks:
-        a(f"    p{k} = as_pointer(ptrs[{k}], S{k})")
-        a(f"    s{k} = meta[sb + {k} * nd]")
-    for k in ins:
-        a(f"    b{k} = buffer{k}()")
-    a(f"    nrows, n, walk = first_row(meta, t, offs, idx, {n + 1})")
-    cond = " and ".join(["s0 == 1"] + [f"(s{k} == 0 or s{k} == 1)" for k in ins])
-    a(f"    contig = {cond}")
-    a("    for _ in range(nrows):")
-    for k in ks:
-        a(f"        o{k} = offs[{k}]")
-    a("        if contig:")
-    for k in ins:  # a constant input: one value, staged so the loop reads it like the others
-        a(f"            if s{k} == 0:")
-        a(f"                v{k} = p{k}[o{k}]")
-        a("                for i in range(imin(n, BUFFER)):")
-        a(f"                    b{k}[i] = v{k}")
-    # streaming: ordinary stores up to the first aligned address of out's row (h == n: the
-    # row does not stream), non-temporal ones after it (jitops.cpu.stream)
-    # Streaming (a spec of its own: only those compile the loop): the head is a chunk of its
-    # own, so every later chunk starts aligned too (BUFFER elements span a multiple of
-    # STREAM_ALIGN bytes): a misaligned vector non-temporal store faults.
-    a("            h = stream_head(p0, o0, n)" if stream else "            h = n")
-    a("            j = 0")
-    a("            while j < n:")
-    a("                m = imin(BUFFER, n - j)")
-    a("                hs = 0")
-    a("                if j < h:")
-    a("                    m = imin(m, h - j)")
-    a("                    hs = m")
-    for k in ins:
-        a(f"                if s{k} == 0:")
-        a(f"                    q{k} = b{k}")
-        a(f"                    r{k} = 0")
-        a("                else:")
-        a(f"                    q{k} = p{k}")
-        a(f"                    r{k} = o{k} + j")
-    a("                r0 = o0 + j")
-    args = ", ".join(_load_expr(inputs[k - 1], f"q{k}[r{k} + i]") for k in ins)
-    a("                for i in range(hs):")
-    a(f"                    p0[r0 + i] = {_store_expr(out, ret, f'FN({args})')}")
-    if stream:
-        a("                for i in range(hs, m):")
-        a(f"                    stream_put(p0, r0 + i, {_store_expr(out, ret, f'FN({args})')})")
-    a("                j += m")
-    a("        else:")
-    args = ", ".join(_load_expr(inputs[k - 1], f"p{k}[o{k} + i * s{k}]") for k in ins)
-    a("            for i in range(n):")
-    a(f"                p0[o0 + i * s0] = {_store_expr(out, ret, f'FN({args})')}")
-    a(f"        next_row(meta, offs, idx, walk, {n + 1})")
-    if stream:
-        a("    store_fence()")
-    a("    return 0")
-    return "\n".join(L) + "\n"
+def _element_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
+    """One output word from ``n`` input words, as Python source: the storage words widen to
+    the compute type, the user's function runs, its value is stored as out's word."""
+    args = ", ".join(f"w{k}" for k in range(1, n + 1))
+    vals = ", ".join(_load_expr(inputs[k - 1], f"w{k}") for k in range(1, n + 1))
+    return (f"def element({args}):\n"
+            f"    return {_store_expr(out, ret, f'FN({vals})')}\n")
 
 
 def _load_expr(dtype: str, word: str) -> str:
@@ -472,32 +345,152 @@ def _store_expr(out: str, ret, value: str) -> str:
     return f"OUT({value})"
 
 
-@overload(user_task, jit_options=INNER)
-def _ov_user_task(spec, pptrs, pmeta, t):
+_ELEMENTS: dict = {}
+
+
+def _element_of(spec: UserSpecType):
+    """The spec's element function (storage words in, out's word out), compiled without
+    wrappers; one per (function, dtypes), whatever the spec's other flags."""
+    key = (spec.fn_key, spec.inputs, spec.out, spec.compute, spec.ret)
+    disp = _ELEMENTS.get(key)
+    if disp is None:
+        fn = _FUNCTIONS.get(spec.fn_key)
+        if fn is None:
+            raise TypeError(f"jitops: no user function registered as {spec.fn_key}")
+        n = len(spec.inputs)
+        ret = return_type(fn, np.dtype(spec.compute), n)
+        out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
+        ns = {"FN": compiled_function(fn), "T": from_dtype(np.dtype(spec.compute)),
+              "OUT": out_t, "F64": types.float64, "half_to_float": half_to_float,
+              "float_to_half": float_to_half, "to_bool_byte": to_bool_byte}
+        source = _element_source(n, spec.inputs, spec.out, ret)
+        exec(compile(source, f"<jitops user op element, {n} inputs>", "exec"), ns)
+        disp = _ELEMENTS[key] = inner(ns["element"])
+    return disp
+
+
+@intrinsic
+def user_rows(typingctx, spec, pptrs, pmeta, t):
+    """Every row of task ``t`` of a user op; returns 0 (an exception in the user's function
+    returns its error status instead, through Numba's calling convention).
+
+    Each row runs one of two loops:
+
+    * where out is unit-stride along the row and every input unit-stride or constant, the
+      row runs in chunks of at most ``BUFFER`` elements (the whole row where no input is
+      constant), each input read in place or, constant, from its value staged on the
+      stack -- so one loop body reads every input the same way and vectorises whatever the
+      mix of broadcast inputs; where the spec streams, the elements after an aligned head
+      are written with non-temporal stores, and every chunk after the head starts aligned;
+    * anything else (and every row of a tile) runs element by element at the strides.
+
+    LLVM IR around one call of the spec's element function (the user's function between the
+    loads and the store, a small compiled function typed here and linked in): generated as
+    Python source, the task cost 0.35-0.45 s of Numba typing and lowering that every new
+    user op (and every new dtype of one) waited for.
+    """
     if not isinstance(spec, UserSpecType):
         return None
-    fn = _FUNCTIONS.get(spec.fn_key)
-    if fn is None:
-        raise TypeError(f"jitops: no user function registered as {spec.fn_key}")
-    n = len(spec.inputs)
-    T = from_dtype(np.dtype(spec.compute))
-    disp = compiled_function(fn)
-    ret = return_type(fn, np.dtype(spec.compute), n)
-    out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
-    ns = {"as_pointer": as_pointer, "I64": _I64, "stack_words": stack_words,
-          "U_HDR": U_HDR, "first_row": first_row,
-          "next_row": next_row, "BUFFER": BUFFER, "FN": disp, "T": T, "OUT": out_t,
-          "F64": types.float64, "half_to_float": half_to_float, "float_to_half": float_to_half,
-          "to_bool_byte": to_bool_byte,
-          "U_ND": U_ND, "range": range, "imin": imin,
-          "stream_head": stream_head, "stream_put": stream_put, "store_fence": store_fence,
-          "S0": storage(np.dtype(spec.out))}
-    for k, dt in enumerate(spec.inputs, 1):
-        ns[f"S{k}"] = storage(np.dtype(dt))
-        ns[f"buffer{k}"] = _stack_buffer_of(storage(np.dtype(dt)))
-    source = _task_source(n, spec.inputs, spec.out, ret, spec.stream)
-    exec(compile(source, f"<jitops user task, {n} inputs>", "exec"), ns)
-    return ns["task"]
+    n_in = len(spec.inputs)
+    stores = [storage(np.dtype(spec.out))] + [storage(np.dtype(d)) for d in spec.inputs]
+    el_ty = typingctx.resolve_value_type(_element_of(spec))
+    el_sig = typingctx.resolve_function_type(el_ty, tuple(stores[1:]), {})
+    if el_sig is None:
+        return None
+    sig = _I64(spec, _I64, _I64, _I64)
+    stream = spec.stream
+
+    def codegen(context, builder, signature, args):
+        b = builder
+        _, pptrs, pmeta, t = args
+        impl = context.get_function(el_ty, el_sig)
+        nops = n_in + 1
+        meta = b.inttoptr(pmeta, _LL64.as_pointer())
+        ptrs = b.inttoptr(pptrs, _LL64.as_pointer())
+        e, nd, stride = _walker(b, meta, nops)
+        last = b.sub(nd, _c(1))
+        data = [context.get_data_type(st) for st in stores]
+        p = [b.inttoptr(b.load(b.gep(ptrs, [_c(k)])), data[k].as_pointer())
+             for k in range(nops)]
+        s = [stride(k, last) for k in range(nops)]
+        buf = [None] + [cgutils.alloca_once(b, data[k], size=BUFFER) for k in range(1, nops)]
+        offs = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
+        idx = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
+        nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops)
+
+        def eq(a, v):
+            return b.icmp_signed("==", a, _c(v))
+
+        const = [None] + [eq(s[k], 0) for k in range(1, nops)]
+        contig = eq(s[0], 1)
+        for k in range(1, nops):
+            contig = b.and_(contig, b.or_(const[k], eq(s[k], 1)))
+        any_const = ir.Constant(ir.IntType(1), 0)
+        for k in range(1, nops):
+            any_const = b.or_(any_const, const[k])
+
+        def element(ptrs_at):
+            return impl(b, [b.load(q) for q in ptrs_at])
+
+        with cgutils.for_range(b, nrows):
+            o = [b.load(b.gep(offs, [_c(k)])) for k in range(nops)]
+            with b.if_else(contig) as (vector, strided):
+                with strided:
+                    def one(i):
+                        v = element([b.gep(p[k], [b.add(o[k], b.mul(i, s[k]))])
+                                     for k in range(1, nops)])
+                        b.store(v, b.gep(p[0], [b.add(o[0], b.mul(i, s[0]))]))
+                    _emit_loop(b, _c(0), n, one)
+                with vector:
+                    staged = _smin(b, n, _c(BUFFER))
+                    for k in range(1, nops):
+                        with b.if_then(const[k]):
+                            v = b.load(b.gep(p[k], [o[k]]))
+                            _emit_loop(b, _c(0), staged,
+                                       lambda i, v=v, k=k: b.store(v, b.gep(buf[k], [i])))
+                    h = emit_stream_head(context, b, types.CPointer(stores[0]), p[0], o[0],
+                                         n) if stream else n
+                    chunk = b.select(any_const, _c(BUFFER), n)
+                    j = cgutils.alloca_once_value(b, _c(0))
+                    cond = b.append_basic_block("urow.chunk.cond")
+                    body = b.append_basic_block("urow.chunk.body")
+                    after = b.append_basic_block("urow.chunk.end")
+                    b.branch(cond)
+                    b.position_at_end(cond)
+                    b.cbranch(b.icmp_signed("<", b.load(j), n), body, after)
+                    b.position_at_end(body)
+                    jv = b.load(j)
+                    m0 = _smin(b, chunk, b.sub(n, jv))
+                    in_head = b.icmp_signed("<", jv, h)
+                    m = b.select(in_head, _smin(b, m0, b.sub(h, jv)), m0)
+                    hs = b.select(in_head, m, _c(0))
+                    q = [b.select(const[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
+                         for k in range(1, nops)]
+                    oq = b.gep(p[0], [b.add(o[0], jv)])
+
+                    def at(i):
+                        return [b.gep(qk, [i]) for qk in q]
+
+                    _emit_loop(b, _c(0), hs,
+                               lambda i: b.store(element(at(i)), b.gep(oq, [i])))
+                    if stream:
+                        _emit_loop(b, hs, m, lambda i: emit_stream_put(
+                            b, element(at(i)), b.gep(oq, [i])))
+                    b.store(b.add(jv, m), j)
+                    b.branch(cond)
+                    b.position_at_end(after)
+            _emit_next_row(b, meta, offs, idx, walk, nops)
+        if stream:
+            emit_store_fence(b)
+        return _c(0)
+
+    return sig, codegen
+
+
+@inner
+def user_task(spec, pptrs, pmeta, t):
+    """One task of a user op (:func:`user_rows`, compiled and optimised per spec)."""
+    return user_rows(spec, pptrs, pmeta, t)
 
 
 def _utask(spec, pptrs, pmeta, t):
@@ -505,7 +498,8 @@ def _utask(spec, pptrs, pmeta, t):
     return user_task(spec, pptrs, pmeta, t)
 
 
-# the tasks' code is all in user_task's overload: linked as it is (jitops.cpu.jit.wrapper)
+# the tasks' code is all in user_task (optimised per spec): linked as it is
+# (jitops.cpu.jit.wrapper)
 _utask_cached = wrapper(renamed(_utask, "_utask"))
 _utask_local = wrapper(renamed(_utask, "_utask_local"))
 

@@ -87,17 +87,22 @@ def stream_head(typingctx, ptr, index, n):
     return sig, codegen
 
 
+def emit_store_fence(builder) -> None:
+    """LLVM IR of :func:`store_fence` (nothing where nothing streams: the instruction is
+    x86's)."""
+    if AVAILABLE:
+        fn = builder.module.declare_intrinsic("llvm.x86.sse.sfence",
+                                              fnty=ir.FunctionType(ir.VoidType(), []))
+        builder.call(fn, [])
+
+
 @intrinsic
 def store_fence(typingctx):
     """``sfence``: order this thread's non-temporal stores before anything it does next."""
     sig = types.void()
 
     def codegen(context, builder, signature, args):
-        if not AVAILABLE:  # nothing streams there (and the instruction is x86's)
-            return context.get_dummy_value()
-        fn = builder.module.declare_intrinsic("llvm.x86.sse.sfence",
-                                              fnty=ir.FunctionType(ir.VoidType(), []))
-        builder.call(fn, [])
+        emit_store_fence(builder)
         return context.get_dummy_value()
 
     return sig, codegen
