@@ -74,6 +74,50 @@ def test_the_user_op_task_links_its_code_as_it_is():
                    for c in kernels._task.overloads.values())
 
 
+def test_the_serial_and_pooled_drivers_are_left_unoptimised_and_their_tasks_are_not(
+        monkeypatch):
+    """The serial and pooled drivers compile into a _DriverLibrary (one module pipeline, at
+    -O0: their own code checks the call and loops over task addresses), compiled afresh
+    here; the tasks they run keep the full optimisation (vectorised loops), and calls
+    through the drivers give NumPy's answers."""
+    from numba.core.registry import cpu_target
+
+    for d in (kernels._kernel_serial, kernels._kernel_pooled, nary._ukernel_serial,
+              nary._ukernel_pooled):
+        assert d._compiler.pipeline_class is jit._DriverCompiler, d
+    assert kernels._kernel_parallel._compiler.pipeline_class is not jit._DriverCompiler
+    cg = cpu_target.target_context.codegen()
+    pipelines = []
+    real = cg._module_pass_manager
+    monkeypatch.setattr(cg, "_module_pass_manager",
+                        lambda **kw: pipelines.append(kw) or real(**kw))
+    per_driver = []  # the pipelines each driver library ran
+    optimise = jit._DriverLibrary._optimize_final_module
+
+    def spy(self):
+        n = len(pipelines)
+        optimise(self)
+        per_driver.append(pipelines[n:])
+
+    monkeypatch.setattr(jit._DriverLibrary, "_optimize_final_module", spy)
+    fresh = jit.driver(kernels._kernel_serial.py_func)
+    sig = (types.int64,) * 5
+    registries.compile_with(lambda: fresh.compile(sig))
+    assert isinstance(fresh.overloads[sig].library, jit._DriverLibrary)
+    assert [[kw.get("opt") for kw in p] for p in per_driver] == [[0]], per_driver
+    pipelines.clear()
+    task = jit.inner(kernels._task.py_func)  # a task compiled afresh: fully optimised
+    dt = np.dtype(np.float32)
+    tsig = (spec.KernelSpec("add", None, dt, dt, dt, dt).numba_type,) + (types.int64,) * 5
+    registries.compile_with(lambda: task.compile(tsig))
+    assert not isinstance(task.overloads[tsig].library, jit._DriverLibrary)
+    assert {} in pipelines, pipelines  # Numba's full -O3 pipeline
+    assert re.search(r"\bvaddps\b", task.inspect_asm(tsig))
+    x = np.arange(1000, dtype=np.float32)
+    np.testing.assert_array_equal(jitops.add(x, x[::-1]), x + x[::-1])
+    np.testing.assert_array_equal(jitops.elementwise(lambda a, b: a * b)(x, x), x * x)
+
+
 def test_helpers_reach_machine_code_only_through_their_callers():
     """Libraries compiled by jitops are lazy (jitops.cpu.jit.LazyLibrary): a helper's is
     linked into its caller and never turned into machine code of its own; the caller's is,

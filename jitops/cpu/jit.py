@@ -155,28 +155,57 @@ class _LinkedAsIsLibrary(codegen.JITCodeLibrary):
         pass
 
 
-@register_pass(mutates_CFG=True, analysis_only=False)
-class _LinkedAsIsLowering(NativeLowering):
-    """Numba's lowering into a :class:`_LinkedAsIsLibrary`."""
+class _DriverLibrary(LazyLibrary):
+    """A driver's library: its own code is not optimised (Numba runs two module pipelines at
+    ``-O3`` on every library, a cheap one, then the full one with the vectorisers).
 
-    _name = "jitops_linked_as_is_lowering"
+    A driver checks the call (straight-line IR, once per call) and runs tasks it calls
+    through their address, or hands them to the pool's ``run_job``: the tasks and the pool
+    are compiled and fully optimised in their own libraries, linked in as they are. Measured
+    on the serial driver (1,100 lines of IR once optimised), the ``-O3`` pipelines took
+    0.09-0.14 s of the very first call on an empty cache and ``-O1`` about as long, and
+    making machine code of their output another 0.10-0.12 s, against 0.06 s unoptimised.
+    """
 
-    def run_pass(self, state):
-        if state.library is None:
-            state.library = _LinkedAsIsLibrary(state.targetctx.codegen(),
-                                               state.func_id.func_qualname)
-            state.library.enable_object_caching()  # cacheable, as Numba's own lowering does
-        return super().run_pass(state)
+    def _optimize_final_module(self):
+        mpm, mpb = self._codegen._module_pass_manager(opt=0, loop_vectorize=False,
+                                                      slp_vectorize=False)
+        with self._recorded_timings.record("Module passes (jitops driver, -O0)", mpb):
+            mpm.run(self._final_module, mpb)
 
 
-class _WrapperCompiler(Compiler):
-    """Numba's nopython pipeline, lowering into a :class:`_LinkedAsIsLibrary`."""
+def _lowering_into(library_class, name: str):
+    """Numba's lowering pass, into a new ``library_class`` library."""
 
-    def define_pipelines(self):
-        pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-        pm.passes = [(_LinkedAsIsLowering if p is NativeLowering else p, d) for p, d in pm.passes]
-        pm.finalize()
-        return [pm]
+    class Lowering(NativeLowering):
+        _name = name
+
+        def run_pass(self, state):
+            if state.library is None:
+                state.library = library_class(state.targetctx.codegen(),
+                                              state.func_id.func_qualname)
+                state.library.enable_object_caching()  # cacheable, as Numba's own lowering
+            return super().run_pass(state)
+
+    return register_pass(mutates_CFG=True, analysis_only=False)(Lowering)
+
+
+def _compiler_with(lowering):
+    """Numba's nopython pipeline with ``lowering`` in place of its own."""
+
+    class PipelineCompiler(Compiler):
+        def define_pipelines(self):
+            pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+            pm.passes = [(lowering if p is NativeLowering else p, d) for p, d in pm.passes]
+            pm.finalize()
+            return [pm]
+
+    return PipelineCompiler
+
+
+_WrapperCompiler = _compiler_with(_lowering_into(_LinkedAsIsLibrary,
+                                                 "jitops_linked_as_is_lowering"))
+_DriverCompiler = _compiler_with(_lowering_into(_DriverLibrary, "jitops_driver_lowering"))
 
 
 def wrapper(fn):
@@ -186,3 +215,10 @@ def wrapper(fn):
                            pipeline_class=_WrapperCompiler)
     disp.__doc__, disp.__name__ = fn.__doc__, fn.__name__
     return disp
+
+
+def driver(fn):
+    """``@njit(**ENTRY)`` for a serial or pooled driver, its own code unoptimised
+    (:class:`_DriverLibrary`)."""
+    return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **ENTRY},
+                         pipeline_class=_DriverCompiler)

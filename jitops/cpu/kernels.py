@@ -46,7 +46,7 @@ from numba.extending import intrinsic
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, parallel, pool, registries
-from .jit import ENTRY, inner
+from .jit import ENTRY, driver, inner
 from .spec import KernelSpecType, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, emit_stream_head, emit_stream_put, store_fence
@@ -821,10 +821,10 @@ def renamed(fn, name: str):
 
 
 _kernel_parallel = njit(parallel=True, **ENTRY)(renamed(_drive, "_kernel_parallel"))
-_kernel_serial = njit(parallel=False, **ENTRY)(renamed(_drive, "_kernel_serial"))
+_kernel_serial = driver(renamed(_drive, "_kernel_serial"))
 
 
-@njit(**ENTRY)
+@driver
 def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
     """The checks of :func:`_drive`, then the tasks on jitops' own thread pool
     (jitops.cpu.pool): this thread and ``workers`` pool workers."""

@@ -66,7 +66,7 @@ from numba.np.numpy_support import from_dtype
 from ..core.plan import Plan
 from . import cache, pool, registries
 from .half import float_to_half, half_to_float
-from .jit import ENTRY, inner, wrapper
+from .jit import ENTRY, driver, inner, wrapper
 from .kernels import (
     _LL32,
     _LL64,
@@ -584,10 +584,10 @@ def _udrive(task, prefs, pmeta):
 
 
 _ukernel_parallel = njit(parallel=True, **ENTRY)(renamed(_udrive, "_ukernel_parallel"))
-_ukernel_serial = njit(parallel=False, **ENTRY)(renamed(_udrive, "_ukernel_serial"))
+_ukernel_serial = driver(renamed(_udrive, "_ukernel_serial"))
 
 
-@njit(**ENTRY)
+@driver
 def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
     """The checks of :func:`_udrive`, then every task of a user op on jitops' own thread pool
     (jitops.cpu.pool)."""
