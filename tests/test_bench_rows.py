@@ -84,3 +84,39 @@ def test_cold_start_children_reuse_the_kernel_and_bytecode_caches():
     assert c["cache_files_after_repeats"] == c["cache_files_after_first_run"]
     assert c["bytecode_cached"]
     assert 0 < c["import_s"] and 0 < c["compile_user_op_s"]
+
+
+def test_a_run_waits_for_quiet_cpus_and_gives_up_at_its_limit(monkeypatch):
+    """wait_for_quiet reads the CPUs' busy share (steal included) per window: it returns
+    after the given number of quiet windows in a row, and after max_s however busy."""
+    from jitops.bench import harness
+
+    clock = [0.0]
+    monkeypatch.setattr(harness.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(harness.time, "perf_counter", lambda: clock[0])
+
+    def feed(busy_shares):
+        state = {"busy": 0, "total": 0, "i": 0}
+
+        def times():
+            i = min(state["i"], len(busy_shares) - 1)
+            state["i"] += 1
+            state["busy"] += int(busy_shares[i] * 1000)
+            state["total"] += 1000
+            return state["busy"], state["total"]
+
+        return times
+
+    # the first reading is the baseline; busy, busy, quiet, busy (resets), quiet, quiet
+    monkeypatch.setattr(harness, "_cpu_times", feed([0, 0.9, 0.5, 0.05, 0.6, 0.02, 0.0, 1.0]))
+    q = harness.wait_for_quiet(max_s=20, window_s=0.5, busy_below=0.1, windows=2)
+    assert q["quiet"] and q["waited_s"] == pytest.approx(3.0)
+    assert q["busy_first"] == pytest.approx(0.9) and q["busy_last"] == pytest.approx(0.0)
+    monkeypatch.setattr(harness, "_cpu_times", feed([0, 1.0]))  # never quiet
+    clock[0] = 0.0
+    q = harness.wait_for_quiet(max_s=4, window_s=0.5)
+    assert not q["quiet"] and q["waited_s"] == pytest.approx(4.0)
+    assert q["busy_first"] == q["busy_last"] == pytest.approx(1.0)
+    monkeypatch.setattr(harness, "_cpu_times", lambda: None)  # no /proc/stat
+    q = harness.wait_for_quiet()
+    assert q["busy_first"] is None and q["waited_s"] == 0.0

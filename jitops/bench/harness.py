@@ -279,6 +279,48 @@ def _count_files(d: str) -> int:
 
 # -- the machine ---------------------------------------------------------------------------------
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs since boot (Linux ``/proc/stat``), else None. Busy
+    includes steal: time the hypervisor gave this machine's CPUs to someone else."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+def wait_for_quiet(max_s: float = 20.0, window_s: float = 0.5, busy_below: float = 0.1,
+                   windows: int = 2) -> dict:
+    """Wait until the machine's CPUs are quiet -- busy (steal included) below ``busy_below``
+    of their time in ``windows`` consecutive windows of ``window_s`` -- or ``max_s`` passed.
+
+    A run started right after heavy work (a test suite, a build) otherwise hands its first
+    case to processes still finishing: PyTorch's static halves, which wait for the slower
+    thread, took 3-4x their time there. Both contenders gain from a quiet start; the wait and
+    the busy fractions are reported with the results. Returns ``waited_s``, ``busy_first``
+    (the first window) and ``busy_last`` (None where ``/proc/stat`` is not there)."""
+    t0 = time.perf_counter()
+    first = last = None
+    quiet = 0
+    prev = _cpu_times()
+    while prev is not None and quiet < windows and time.perf_counter() - t0 < max_s:
+        time.sleep(window_s)
+        now = _cpu_times()
+        if now is None:
+            break
+        busy, total = now[0] - prev[0], now[1] - prev[1]
+        prev = now
+        last = busy / total if total > 0 else 0.0
+        first = last if first is None else first
+        quiet = quiet + 1 if last < busy_below else 0
+    return {"waited_s": time.perf_counter() - t0, "busy_first": first, "busy_last": last,
+            "quiet": quiet >= windows}
+
+
+
 def machine() -> dict:
     """Everything a result depends on: CPU, threads, threading layer, versions."""
     import numba

@@ -21,6 +21,16 @@ def _verdict(row: dict) -> str:
     return "✅" if row["met"] else "❌"
 
 
+def _quiet_lines(q: dict | None) -> list[str]:
+    """How long the run waited for the CPUs to be quiet before its first case."""
+    if not q or q.get("busy_first") is None:
+        return []
+    state = "quiet" if q["quiet"] else "still busy, the wait gave up"
+    return [f"Before the first case the run waited {q['waited_s']:.1f} s for quiet CPUs "
+            f"(busy, steal included: {q['busy_first']:.0%} in the first half second, "
+            f"{q['busy_last']:.0%} in the last; {state}).", ""]
+
+
 def markdown(result: dict) -> str:
     m = result["machine"]
     bw = result["bandwidth_probe"]
@@ -35,6 +45,7 @@ def markdown(result: dict) -> str:
         f"In-run bandwidth probe (parallel Numba STREAM loops on 128 MiB arrays): "
         f"`o = x - y` {bw['stream_sub_GBps']:.1f} GB/s, copy {bw['stream_copy_GBps']:.1f} GB/s.",
         "",
+        *_quiet_lines(result.get("quiet")),
         "Medians of per-call times over rounds in which the contenders alternate call by call; a "
         "ratio is the median of the per-round ratios (the other's time / jitops'), so >1 means "
         "jitops is faster. float32 unless said.",

@@ -82,6 +82,12 @@ def main(argv: list[str] | None = None) -> int:
     cases.set_threads(machine["threads"])
     _progress(f"  {machine['cpu']}, {machine['threads']} threads, "
               f"{machine['threading_layer']} layer")
+    _progress("waiting for a quiet machine ...")
+    quiet = harness.wait_for_quiet()
+    _progress(f"  {quiet['waited_s']:.1f} s" + (
+        f", CPUs busy {quiet['busy_first']:.0%} -> {quiet['busy_last']:.0%}"
+        f"{'' if quiet['quiet'] else ' (gave up waiting)'}"
+        if quiet["busy_first"] is not None else " (no /proc/stat: not measured)"))
     _progress("bandwidth probe ...")
     probe = harness.bandwidth_probe(rounds=max(5, int(9 * scale)))
     _progress(f"  o = x - y: {probe['stream_sub_GBps']:.1f} GB/s, "
@@ -98,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
         _progress(f"  jitops {report._fmt_time(r['median_s']['jitops'])} ({rat}) "
                   f"{'met' if r['met'] else 'MISSED'} [{time.perf_counter() - t0:.1f} s]")
 
-    result = {"machine": machine, "bandwidth_probe": probe, "cases": rows,
+    result = {"machine": machine, "quiet": quiet, "bandwidth_probe": probe, "cases": rows,
               "extra_tables": []}
     missed = [r["key"] for r in rows if not r["met"]]
     if not a.no_neighbours and (not a.cases or "neighbours" in a.cases):
