@@ -74,12 +74,13 @@ def test_the_user_op_task_links_its_code_as_it_is():
                    for c in kernels._task.overloads.values())
 
 
-def test_the_serial_and_pooled_drivers_are_left_unoptimised_and_their_tasks_are_not(
+def test_the_serial_and_pooled_drivers_are_optimised_lightly_and_their_tasks_are_not(
         monkeypatch):
-    """The serial and pooled drivers compile into a _DriverLibrary (one module pipeline, at
-    -O0: their own code checks the call and loops over task addresses), compiled afresh
-    here; the tasks they run keep the full optimisation (vectorised loops), and calls
-    through the drivers give NumPy's answers."""
+    """The serial and pooled drivers compile into a _DriverLibrary: function passes at -O1 on
+    the driver and its Python wrapper, none of Numba's module pipelines (a driver checks the
+    call and runs tasks through their address); a task compiled beside it still gets
+    Numba's full pipeline and vectorised loops, and calls through the drivers give NumPy's
+    answers."""
     from numba.core.registry import cpu_target
 
     for d in (kernels._kernel_serial, kernels._kernel_pooled, nary._ukernel_serial,
@@ -87,31 +88,34 @@ def test_the_serial_and_pooled_drivers_are_left_unoptimised_and_their_tasks_are_
         assert d._compiler.pipeline_class is jit._DriverCompiler, d
     assert kernels._kernel_parallel._compiler.pipeline_class is not jit._DriverCompiler
     cg = cpu_target.target_context.codegen()
-    pipelines = []
-    real = cg._module_pass_manager
-    monkeypatch.setattr(cg, "_module_pass_manager",
-                        lambda **kw: pipelines.append(kw) or real(**kw))
-    per_driver = []  # the pipelines each driver library ran
+    asked = []  # ("module" | "function", options) of every pipeline asked for
+    for kind in ("module", "function"):
+        real = getattr(cg, f"_{kind}_pass_manager")
+        monkeypatch.setattr(cg, f"_{kind}_pass_manager",
+                            lambda real=real, kind=kind, **kw: asked.append((kind, kw))
+                            or real(**kw))
+    per_driver = []  # the pipelines each driver library asked for
     optimise = jit._DriverLibrary._optimize_final_module
 
     def spy(self):
-        n = len(pipelines)
+        n = len(asked)
         optimise(self)
-        per_driver.append(pipelines[n:])
+        per_driver.append(asked[n:])
 
     monkeypatch.setattr(jit._DriverLibrary, "_optimize_final_module", spy)
     fresh = jit.driver(kernels._kernel_serial.py_func)
     sig = (types.int64,) * 5
     registries.compile_with(lambda: fresh.compile(sig))
     assert isinstance(fresh.overloads[sig].library, jit._DriverLibrary)
-    assert [[kw.get("opt") for kw in p] for p in per_driver] == [[0]], per_driver
-    pipelines.clear()
+    (own,) = per_driver
+    assert [(k, kw["opt"]) for k, kw in own] == [("function", 1)] * 2, own  # driver, wrapper
+    asked.clear()
     task = jit.inner(kernels._task.py_func)  # a task compiled afresh: fully optimised
     dt = np.dtype(np.float32)
     tsig = (spec.KernelSpec("add", None, dt, dt, dt, dt).numba_type,) + (types.int64,) * 5
     registries.compile_with(lambda: task.compile(tsig))
     assert not isinstance(task.overloads[tsig].library, jit._DriverLibrary)
-    assert {} in pipelines, pipelines  # Numba's full -O3 pipeline
+    assert ("module", {}) in asked, asked  # Numba's full -O3 pipeline
     assert re.search(r"\bvaddps\b", task.inspect_asm(tsig))
     x = np.arange(1000, dtype=np.float32)
     np.testing.assert_array_equal(jitops.add(x, x[::-1]), x + x[::-1])
