@@ -235,3 +235,45 @@ def test_a_built_in_call_leaves_its_helpers_lazy(tmp_path):
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got == {"ok": True, "ops": [True], "tasks": [False]}
+
+
+_LITERALS = r"""
+import json
+import numpy as np
+import jitops
+from jitops.cpu import kernels, nary, omp, parallel, pool, spec
+big = np.arange(1 << 18, dtype=np.float32)
+sq = big.reshape(512, 512)
+jitops.subtract(big, 1.5)  # the pooled driver and the pool (a fresh cache: compiled here)
+jitops.subtract(sq.T, sq)  # tiled: a job never walked backwards
+f = jitops.elementwise(lambda a, b: a * b - 1)
+f(big, big)  # the user ops' pooled driver
+f(big[:10], big[:10])  # and serial one
+jitops.add(big[:10], big[:10])
+with jitops.threads(1):
+    jitops.add(big, big)
+found = {}
+for mod in (kernels, nary, omp, parallel, pool, spec):
+    for name, d in vars(mod).items():
+        sigs = getattr(d, "overloads", None)
+        if isinstance(sigs, dict):
+            found[f"{mod.__name__}.{name}"] = [[str(a) for a in s] for s in sigs]
+print(json.dumps(found))
+"""
+
+
+def test_no_helper_is_compiled_again_for_a_literal_argument(tmp_path):
+    """A helper called with a bare constant (``0``, ``False``) gets a second compile for its
+    Literal type: the pool's _claim_and_run and _run_units and run_job were each compiled
+    twice (0.9 s of the first parallel call). In a fresh process with an empty cache, every
+    kind of launch: no compiled signature of jitops' own functions holds a Literal, and the
+    pool's helpers were really compiled (not loaded from a cache)."""
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
+    r = subprocess.run([sys.executable, "-c", _LITERALS], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    for helper in ("_claim_and_run", "_run_units", "_claim", "run_job", "_take_part"):
+        assert len(found[f"jitops.cpu.pool.{helper}"]) == 1, (helper, found)
+    literal = {k: s for k, sigs in found.items() for s in sigs if any("Literal" in a for a in s)}
+    assert not literal, literal

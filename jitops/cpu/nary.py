@@ -597,8 +597,8 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
         return status
     pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
-    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, 0, 0,
-                          meta[U_NTASKS], meta[U_VARIANT] != V_TILED)
+    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, pool.UNUSED,
+                          pool.UNUSED, meta[U_NTASKS], meta[U_VARIANT] != V_TILED)
     return TASK_FAILED if failed else OK
 
 
