@@ -519,3 +519,24 @@ def test_tiled_staging_every_element_width(dtype, rng):
         np.testing.assert_array_equal(jitops.add(xt, yv), np.add(xt, yv))
         out = np.zeros(xt.shape, x.dtype)
         np.testing.assert_array_equal(jitops.multiply(yv, xt, out=out), np.multiply(yv, xt))
+
+
+def test_only_tiled_tasks_prefetch_and_the_next_tile_rows_are_hinted():
+    """A tiled task hints two kinds of lines: the staged input's next lines (8 per 8 x 8
+    block, kernels.transpose_block) and, per row read in place, the same row of the next
+    tile down (kernels.prefetch_next_tile: one call site per operand). Other specs compile
+    no prefetch at all. Hints never change a value (tests above); this checks they are
+    there, and only there."""
+    from jitops.cpu import registries
+    from jitops.cpu.jit import inner
+    from jitops.cpu.spec import KernelSpec
+
+    dt = np.dtype(np.float32)
+    counts = {}
+    for tiled in (False, True):
+        spec = KernelSpec("subtract", None, dt, dt, dt, dt, False, tiled)
+        task = inner(_cpu._task.py_func)
+        sig = (spec.numba_type,) + (_cpu._I64,) * 5
+        registries.compile_with(lambda task=task, sig=sig: task.compile(sig))
+        counts[tiled] = task.inspect_llvm(sig).count("call void @llvm.prefetch")
+    assert counts == {False: 0, True: _cpu.BLOCK_T + 2}, counts

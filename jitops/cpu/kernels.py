@@ -503,6 +503,40 @@ def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
     return sig, codegen
 
 
+@intrinsic
+def prefetch_next_tile(typingctx, spec, p, own, off, step, s, nrows, n):
+    """In a tiled spec's task, after a tile row read in place at ``p[off]`` (unit-stride,
+    rows ``step`` apart; not the staged tile ``own``): prefetch the same row of the next
+    tile down, which the thread runs next (tiles are walked down a column, and tiled jobs
+    always forwards), one hint per cache line. A tile's rows are short runs (``TILE_J``
+    elements) the hardware prefetcher barely starts on. Nothing at all for other specs."""
+    if not isinstance(spec, KernelSpecType) or not isinstance(p, types.CPointer):
+        return None
+    sig = types.void(spec, p, own, off, step, s, nrows, n)
+
+    def codegen(context, builder, signature, args):
+        if not spec.tiled:
+            return context.get_dummy_value()
+        b = builder
+        _, p, own, off, step, s, nrows, n = args
+        size = context.get_abi_sizeof(context.get_data_type(signature.args[1].dtype))
+        line = max(1, 64 // size)
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        prefetch = b.module.declare_intrinsic(
+            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+        in_place = b.and_(b.icmp_signed("==", s, _c(1)),
+                          b.icmp_unsigned("!=", b.ptrtoint(p, _LL64), b.ptrtoint(own, _LL64)))
+        with b.if_then(in_place):
+            start = b.add(off, b.mul(nrows, step))
+            with cgutils.for_range_slice(b, _c(0), n, _c(line), inc=True) as (c, _):
+                b.call(prefetch, [b.bitcast(b.gep(p, [b.add(start, c)]), i8p),
+                                  ir.Constant(i32, 0), ir.Constant(i32, 3),
+                                  ir.Constant(i32, 1)])
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
 @inner
 def _stage(buf, p, off, s_rows, s_cols, nrows, n, width):
     """Copy a tile (``nrows`` x ``n``, element (r, c) at ``off + r * s_rows + c * s_cols``)
@@ -654,6 +688,8 @@ def _task(spec, po, px, py, pmeta, t):
     for _ in range(nrows):
         # a tile buffer not holding a staged input holds a broadcast one's value
         row(spec, o, xp, yp, oo, xo, yo, n, so, xs, ys, xt, yt)
+        prefetch_next_tile(spec, xp, xt, xo, xstep, xs, nrows, n)
+        prefetch_next_tile(spec, yp, yt, yo, ystep, ys, nrows, n)
         if walk:  # rows along one dim (matrices, tiles): no odometer
             oo += so0
             xo += xstep
