@@ -296,6 +296,35 @@ def _emit_loop(b, start, stop, body):
         body(i)
 
 
+def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> None:
+    """LLVM IR: a row's elements ``[0, n)`` in chunks of at most ``chunk``, cut at the
+    streaming head ``h``: ordinary stores before it, non-temporal ones from it where the
+    spec streams (``h == n``: nothing streams). ``chunk_at(j)`` gives the chunk starting at
+    element ``j``: ``(value_at, out)``, ``value_at(i)`` the value of its element ``i`` and
+    ``out`` where its output starts. The built-in rows (:func:`row`) and the user ops' rows
+    (jitops.cpu.nary) share it."""
+    j = cgutils.alloca_once_value(b, _c(0))
+    cond = b.append_basic_block(f"{name}.chunk.cond")
+    body = b.append_basic_block(f"{name}.chunk.body")
+    after = b.append_basic_block(f"{name}.chunk.end")
+    b.branch(cond)
+    b.position_at_end(cond)
+    b.cbranch(b.icmp_signed("<", b.load(j), n), body, after)
+    b.position_at_end(body)
+    jv = b.load(j)
+    m0 = _smin(b, chunk, b.sub(n, jv))
+    in_head = b.icmp_signed("<", jv, h)
+    m = b.select(in_head, _smin(b, m0, b.sub(h, jv)), m0)
+    hs = b.select(in_head, m, _c(0))  # elements of this chunk before the head
+    value_at, out = chunk_at(jv)
+    _emit_loop(b, _c(0), hs, lambda i: b.store(value_at(i), b.gep(out, [i])))
+    if stream:
+        _emit_loop(b, hs, m, lambda i: emit_stream_put(b, value_at(i), b.gep(out, [i])))
+    b.store(b.add(jv, m), j)
+    b.branch(cond)
+    b.position_at_end(after)
+
+
 @intrinsic
 def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``,
@@ -380,31 +409,14 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                 # only a staged (broadcast) input needs chunks the size of its buffer; other
                 # rows run in one piece (after the streaming head)
                 chunk = b.select(b.or_(x_const, y_const), _c(CHUNK), n)
-                j = cgutils.alloca_once_value(b, _c(0))
-                cond = b.append_basic_block("row.chunk.cond")
-                body = b.append_basic_block("row.chunk.body")
-                after = b.append_basic_block("row.chunk.end")
-                b.branch(cond)
-                b.position_at_end(cond)
-                jv = b.load(j)
-                b.cbranch(b.icmp_signed("<", jv, n), body, after)
-                b.position_at_end(body)
-                jv = b.load(j)
-                m0 = smin(chunk, b.sub(n, jv))
-                in_head = b.icmp_signed("<", jv, h)
-                m = b.select(in_head, smin(m0, b.sub(h, jv)), m0)
-                hs = b.select(in_head, m, _c(0))
-                xq = b.select(x_const, xb, b.gep(x, [b.add(xo, jv)]))
-                yq = b.select(y_const, yb, b.gep(y, [b.add(yo, jv)]))
-                oq = b.gep(o, [b.add(oo, jv)])
-                _emit_loop(b, _c(0), hs, lambda i: b.store(
-                    element_at(b.gep(xq, [i]), b.gep(yq, [i])), b.gep(oq, [i])))
-                if spec.stream:
-                    _emit_loop(b, hs, m, lambda i: emit_stream_put(
-                        b, element_at(b.gep(xq, [i]), b.gep(yq, [i])), b.gep(oq, [i])))
-                b.store(b.add(jv, m), j)
-                b.branch(cond)
-                b.position_at_end(after)
+
+                def chunk_at(jv):
+                    xq = b.select(x_const, xb, b.gep(x, [b.add(xo, jv)]))
+                    yq = b.select(y_const, yb, b.gep(y, [b.add(yo, jv)]))
+                    return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
+                            b.gep(o, [b.add(oo, jv)]))
+
+                emit_chunked_stores(b, n, chunk, h, spec.stream, chunk_at, "row")
         b.branch(done)
         b.position_at_end(done)
         return context.get_dummy_value()

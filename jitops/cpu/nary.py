@@ -85,6 +85,7 @@ from .kernels import (
     _Emit,
     _emit_loop,
     _smin,
+    emit_chunked_stores,
     emit_odometer_step,
     emit_task_span,
     emit_unravel,
@@ -93,7 +94,7 @@ from .kernels import (
     task_geometry,
 )
 from .spec import address_of, as_pointer, storage, to_bool_byte
-from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head, emit_stream_put
+from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head
 
 _I64 = types.int64
 
@@ -451,34 +452,14 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                     h = emit_stream_head(context, b, types.CPointer(stores[0]), p[0], o[0],
                                          n) if stream else n
                     chunk = b.select(any_const, _c(BUFFER), n)
-                    j = cgutils.alloca_once_value(b, _c(0))
-                    cond = b.append_basic_block("urow.chunk.cond")
-                    body = b.append_basic_block("urow.chunk.body")
-                    after = b.append_basic_block("urow.chunk.end")
-                    b.branch(cond)
-                    b.position_at_end(cond)
-                    b.cbranch(b.icmp_signed("<", b.load(j), n), body, after)
-                    b.position_at_end(body)
-                    jv = b.load(j)
-                    m0 = _smin(b, chunk, b.sub(n, jv))
-                    in_head = b.icmp_signed("<", jv, h)
-                    m = b.select(in_head, _smin(b, m0, b.sub(h, jv)), m0)
-                    hs = b.select(in_head, m, _c(0))
-                    q = [b.select(const[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
-                         for k in range(1, nops)]
-                    oq = b.gep(p[0], [b.add(o[0], jv)])
 
-                    def at(i):
-                        return [b.gep(qk, [i]) for qk in q]
+                    def chunk_at(jv):
+                        q = [b.select(const[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
+                             for k in range(1, nops)]
+                        return (lambda i: element([b.gep(qk, [i]) for qk in q]),
+                                b.gep(p[0], [b.add(o[0], jv)]))
 
-                    _emit_loop(b, _c(0), hs,
-                               lambda i: b.store(element(at(i)), b.gep(oq, [i])))
-                    if stream:
-                        _emit_loop(b, hs, m, lambda i: emit_stream_put(
-                            b, element(at(i)), b.gep(oq, [i])))
-                    b.store(b.add(jv, m), j)
-                    b.branch(cond)
-                    b.position_at_end(after)
+                    emit_chunked_stores(b, n, chunk, h, stream, chunk_at, "urow")
             _emit_next_row(b, meta, offs, idx, walk, nops)
         if stream:
             emit_store_fence(b)
