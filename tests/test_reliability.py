@@ -112,6 +112,7 @@ def test_thousands_of_parallel_calls_never_abort(layer):
 
 VALGRIND = """
     import numpy as np, jitops
+    import jitops_valgrind_ops as ops  # a module-level user op: its task is cached too
     rng = np.random.default_rng(0)
     for i in range(6):
         r, c = int(rng.integers(300, 400)), int(rng.integers(300, 400))
@@ -120,21 +121,39 @@ VALGRIND = """
         Z = rng.standard_normal((c, r)).astype(np.float32)
         assert np.array_equal(jitops.subtract(X, Y), X - Y)
         assert np.array_equal(jitops.subtract(Z.T, X), Z.T - X)
+        h = np.float32(0.5)
+        assert np.array_equal(ops.mul_sub(X, Y, h), X * Y - h)  # user op, constant inputs
+        assert np.array_equal(ops.mul_sub(Z.T, X, Y), Z.T * X - Y)  # user op, tiled
     print("ok")
+"""
+
+VALGRIND_OPS = """
+import jitops
+
+
+@jitops.elementwise
+def mul_sub(a, b, c):
+    return a * b - c
 """
 
 
 @pytest.mark.slow
-def test_parallel_kernels_under_valgrind():
-    """Memcheck finds no invalid read or write in jitops' kernels (minutes: `pytest -m slow`).
-    The loader's own rpath reads (dl-load.c) are valgrind's known false positives."""
+def test_parallel_kernels_under_valgrind(tmp_path):
+    """Memcheck finds no invalid read or write in jitops' kernels (minutes: `pytest -m slow`):
+    built-in and user-op rows, broadcast and tiled, every row that can stream streaming (the
+    threshold at one byte). The loader's own rpath reads (dl-load.c) are valgrind's known
+    false positives."""
     import shutil
 
     if shutil.which("valgrind") is None:
         pytest.skip("valgrind is not installed (apt-get install valgrind)")
-    _run(VALGRIND)  # compile into the cache first: valgrind then only runs the kernels
+    (tmp_path / "jitops_valgrind_ops.py").write_text(VALGRIND_OPS)
+    env = dict(os.environ, JITOPS_STREAM_BYTES="1", JITOPS_CACHE_DIR=str(tmp_path / "cache"),
+               PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    warm = _run(VALGRIND, **env)  # compile into the cache first: valgrind then runs kernels
+    assert warm.returncode == 0 and "ok" in warm.stdout, warm.stderr[-3000:]
     res = subprocess.run(["valgrind", "--error-limit=no", "-q", sys.executable, "-c",
-                          textwrap.dedent(VALGRIND)], env=dict(os.environ, PYTHONMALLOC="malloc"),
+                          textwrap.dedent(VALGRIND)], env=dict(env, PYTHONMALLOC="malloc"),
                          capture_output=True, text=True, timeout=3000)
     assert res.returncode == 0 and "ok" in res.stdout, res.stderr[-3000:]
     bad = [b for b in res.stderr.split("Invalid ")[1:] if "dl-load.c" not in b[:2000]]
