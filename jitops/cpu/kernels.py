@@ -41,7 +41,7 @@ import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
 from numba.core import cgutils
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
@@ -466,6 +466,16 @@ _ZIP_LO = ir.Constant(ir.VectorType(ir.IntType(32), BLOCK_T), [0, 8, 1, 9, 2, 10
 _ZIP_HI = ir.Constant(ir.VectorType(ir.IntType(32), BLOCK_T), [4, 12, 5, 13, 6, 14, 7, 15])
 
 
+def emit_prefetch(builder, at) -> None:
+    """LLVM IR: a prefetch hint for the line at pointer ``at`` (read, keep in all caches,
+    data); a hint never faults, past an array's end included."""
+    i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+    fn = builder.module.declare_intrinsic(
+        "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
+    builder.call(fn, [builder.bitcast(at, i8p), ir.Constant(i32, 0), ir.Constant(i32, 3),
+                      ir.Constant(i32, 1)])
+
+
 @intrinsic
 def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
     """Move an 8 x 8 block, transposed: for ``k`` in 0..7, the 8 contiguous elements at
@@ -487,9 +497,6 @@ def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
         elt = context.get_data_type(signature.args[0].dtype)
         size, align = context.get_abi_sizeof(elt), context.get_abi_alignment(elt)
         vec = ir.VectorType(ir.IntType(8 * size), BLOCK_T)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        prefetch = builder.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
         ahead = _c(max(1, PREFETCH_BYTES // size))
         ps = builder.bitcast(ps, vec.element.as_pointer())
         pd = builder.bitcast(pd, vec.element.as_pointer())
@@ -498,10 +505,7 @@ def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
             at = builder.add(soff, builder.mul(s_cols, _c(k)))
             rows.append(builder.load(builder.bitcast(builder.gep(ps, [at]), vec.as_pointer()),
                                      align=align))
-            # a hint (read, keep in all caches, data): it never faults past the array's end
-            builder.call(prefetch, [builder.bitcast(builder.gep(ps, [builder.add(at, ahead)]),
-                                                    i8p),
-                                    ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            emit_prefetch(builder, builder.gep(ps, [builder.add(at, ahead)]))
         for _ in range(3):
             half = BLOCK_T // 2
             rows = [builder.shuffle_vector(rows[i], rows[i + half], mask)
@@ -533,20 +537,24 @@ def prefetch_next_tile(typingctx, spec, p, own, off, step, s, nrows, n):
         _, p, own, off, step, s, nrows, n = args
         size = context.get_abi_sizeof(context.get_data_type(signature.args[1].dtype))
         line = max(1, 64 // size)
-        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
-        prefetch = b.module.declare_intrinsic(
-            "llvm.prefetch", [i8p], ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]))
         in_place = b.and_(b.icmp_signed("==", s, _c(1)),
                           b.icmp_unsigned("!=", b.ptrtoint(p, _LL64), b.ptrtoint(own, _LL64)))
         with b.if_then(in_place):
             start = b.add(off, b.mul(nrows, step))
             with cgutils.for_range_slice(b, _c(0), n, _c(line), inc=True) as (c, _):
-                b.call(prefetch, [b.bitcast(b.gep(p, [b.add(start, c)]), i8p),
-                                  ir.Constant(i32, 0), ir.Constant(i32, 3),
-                                  ir.Constant(i32, 1)])
+                emit_prefetch(b, b.gep(p, [b.add(start, c)]))
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@register_jitable
+def staged(s_rows: int, s_cols: int) -> bool:
+    """Whether a tiled task stages an input with these element strides down the tile's rows
+    and along them: it moves less down the rows than along them, so it is read down its
+    contiguous direction into the stack tile. Compiled into the tasks (:func:`_staged`) and
+    asked from Python (:func:`should_stream`): one rule."""
+    return s_cols != 0 and abs(s_rows) < abs(s_cols)
 
 
 @inner
@@ -575,10 +583,10 @@ def _staged(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
     on the stack."""
     xp, yp, xs, ys, xstep, ystep = x, y, sx, sy, sx0, sy0
     width = meta[M_TILE_J]
-    if sx != 0 and abs(sx0) < abs(sx):
+    if staged(sx0, sx):
         _stage(xt, x, xo, sx0, sx, nrows, n, width)
         xp, xo, xs, xstep = xt, 0, 1, width
-    if sy != 0 and abs(sy0) < abs(sy):
+    if staged(sy0, sy):
         _stage(yt, y, yo, sy0, sy, nrows, n, width)
         yp, yo, ys, ystep = yt, 0, 1, width
     return xp, yp, xo, yo, xs, ys, xstep, ystep
@@ -991,17 +999,12 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
     tiled = plan.variant == TILED
     if not (STREAM_AVAILABLE and config.STREAM_BYTES > 0 and out.kind != "c"
             and (staged_tiles or not tiled) and rows[0][-1] == 1
-            and all(st[-1] in (0, 1) or (tiled and _staged_input(st)) for st in rows[1:])):
+            and all(st[-1] in (0, 1) or (tiled and staged(st[-2], st[-1]))
+                    for st in rows[1:])):
         return False
     full = [dt for dt, whole in zip(inputs, read_in_full(plan)) if whole]
     moved = plan.size * (out.itemsize + sum(dt.itemsize for dt in full))
     return moved >= config.STREAM_BYTES
-
-
-def _staged_input(strides: tuple[int, ...]) -> bool:
-    """Whether a tiled task stages an input with these iteration strides (the test of
-    :func:`_staged`: it moves less down the tile's rows than along them)."""
-    return len(strides) >= 2 and strides[-1] != 0 and abs(strides[-2]) < abs(strides[-1])
 
 
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),

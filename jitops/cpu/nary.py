@@ -408,7 +408,7 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         nops = n_in + 1
         meta = b.inttoptr(pmeta, _LL64.as_pointer())
         ptrs = b.inttoptr(pptrs, _LL64.as_pointer())
-        e, nd, stride = _walker(b, meta, nops)
+        _, nd, stride = _walker(b, meta, nops)
         last = b.sub(nd, _c(1))
         data = [context.get_data_type(st) for st in stores]
         p = [b.inttoptr(b.load(b.gep(ptrs, [_c(k)])), data[k].as_pointer())
