@@ -158,3 +158,102 @@ def test_a_read_only_populated_cache_is_still_read(populated):
     before = {n: os.path.getmtime(populated / n) for n in os.listdir(populated)}
     assert _run(populated, prelude) == (1, 0)
     assert {n: os.path.getmtime(populated / n) for n in os.listdir(populated)} == before
+
+
+# -- the source stamp's memo ----------------------------------------------------------------------
+
+def _stamp_in(monkeypatch, d) -> str:
+    """The CPU kernels' source stamp as a new process would find it with cache directory ``d``."""
+    from jitops.cpu import cache
+
+    monkeypatch.setenv("JITOPS_CACHE_DIR", str(d))
+    monkeypatch.setattr(cache, "_stamp", None)
+    return cache.source_stamp()
+
+
+def _memo_file(d):
+    names = [n for n in os.listdir(d) if n.startswith("source-stamp-")]
+    assert len(names) == 1, names
+    return d / names[0]
+
+
+def _true_stamp() -> str:
+    import numba
+
+    from jitops.cpu import cache
+
+    return cache.content_stamp(numba.__version__, cache.stamped_files())
+
+
+def test_the_source_stamp_is_remembered_without_reading_the_import_graph(tmp_path,
+                                                                          monkeypatch):
+    from jitops.cpu import cache
+
+    truth = _true_stamp()
+    assert _stamp_in(monkeypatch, tmp_path) == truth  # computed, and remembered
+    key, value = _memo_file(tmp_path).read_text().split()
+    assert value == truth and len(key) == 64
+
+    def unused():
+        raise AssertionError("the import graph was read although the memo holds the stamp")
+
+    monkeypatch.setattr(cache, "stamped_files", unused)
+    assert _stamp_in(monkeypatch, tmp_path) == truth
+
+
+@pytest.mark.parametrize("memo", ["another-key", "not-a-digest", "short-value", "garbage",
+                                  "empty", "directory"])
+def test_a_stale_or_damaged_stamp_memo_is_recomputed(tmp_path, monkeypatch, memo):
+    truth = _true_stamp()
+    _stamp_in(monkeypatch, tmp_path)
+    path = _memo_file(tmp_path)
+    key = path.read_text().split()[0]
+    if memo == "directory":
+        path.unlink()
+        path.mkdir()
+    elif memo == "garbage":
+        path.write_bytes(os.urandom(300))
+    else:
+        path.write_text({"another-key": f"{'0' * 64} {'f' * 64}",  # other sources' stamp
+                         "not-a-digest": f"{key} {'g' * 64}", "short-value": f"{key} abc",
+                         "empty": ""}[memo])
+    assert _stamp_in(monkeypatch, tmp_path) == truth
+    if memo != "directory":  # rewritten for the next process
+        assert path.read_text().split() == [key, truth]
+
+
+def test_a_memo_with_this_key_but_another_stamp_is_believed_so_the_key_must_see_every_edit(
+        tmp_path, monkeypatch):
+    """The memo is trusted on its key alone: the key changes with any source file's size,
+    modification time or inode, and with the versions it is given."""
+    from jitops.core import sources
+    from jitops.cpu import cache
+
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    a, b = tmp_path / "pkg" / "a.py", tmp_path / "pkg" / "sub" / "b.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    (tmp_path / "pkg" / "notes.txt").write_text("not a source")
+    monkeypatch.setattr(sources, "ROOT", str(tmp_path / "pkg"))
+    key = cache._package_files_key("v1")
+    assert cache._package_files_key("v1") == key
+    assert cache._package_files_key("v2") != key
+    (tmp_path / "pkg" / "notes.txt").write_text("still not a source")
+    assert cache._package_files_key("v1") == key
+    st = b.stat()
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    assert cache._package_files_key("v1") != key
+    key = cache._package_files_key("v1")
+    b.write_text("y = 22\n")  # a new size
+    os.utime(b, ns=(st.st_atime_ns, st.st_mtime_ns + 1000))
+    assert cache._package_files_key("v1") != key
+    key = cache._package_files_key("v1")
+    (tmp_path / "pkg" / "c.py").write_text("")  # a new module
+    assert cache._package_files_key("v1") != key
+
+
+def test_an_unwritable_cache_still_gives_the_right_stamp(tmp_path, monkeypatch):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert _stamp_in(monkeypatch, blocker / "cache") == _true_stamp()
+    assert sorted(os.listdir(tmp_path)) == ["a-file"]  # no temporary file left behind

@@ -9,7 +9,6 @@ end keeps for repeats of the same call (the fast path, jitops.ops).
 from __future__ import annotations
 
 import math
-import statistics
 import time
 from functools import lru_cache, partial
 
@@ -176,6 +175,14 @@ class Metas:
 _clock = time.perf_counter  # what StoreChoice's calls are timed with (tests replace it)
 
 
+def _median(t: list[float]) -> float:
+    """The median of ``t`` (not :mod:`statistics`: importing it, and the fractions module it
+    brings, took 8 ms of ``import jitops``)."""
+    s = sorted(t)
+    h = len(s) // 2
+    return s[h] if len(s) % 2 else (s[h - 1] + s[h]) / 2
+
+
 class StoreChoice:
     """Which stores a launch whose output is only written runs faster with, measured on its
     own first parallel calls.
@@ -221,7 +228,7 @@ class StoreChoice:
             t.append(seconds)
         s, p = self.times
         if self.chosen is None and len(s) >= self.ROUNDS and len(p) >= self.ROUNDS:
-            self.chosen = self.plain if statistics.median(p) < statistics.median(s) \
+            self.chosen = self.plain if _median(p) < _median(s) \
                 else self.streamed
         return self.chosen
 

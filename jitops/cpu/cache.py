@@ -48,12 +48,77 @@ def stamped_files() -> list[str]:
 def source_stamp() -> str:
     global _stamp
     if _stamp is None:
-        h = hashlib.sha256(numba.__version__.encode())
-        for path in stamped_files():
-            with open(path, "rb") as f:
-                h.update(f.read())
-        _stamp = h.hexdigest()
+        _stamp = memoized_stamp("source-stamp", numba.__version__,
+                                lambda: content_stamp(numba.__version__, stamped_files()))
     return _stamp
+
+
+def content_stamp(extra: str, paths) -> str:
+    """SHA-256 (hex) of ``extra`` and the contents of the files ``paths``."""
+    h = hashlib.sha256(extra.encode())
+    for path in paths:
+        with open(path, "rb") as f:
+            h.update(f.read())
+    return h.hexdigest()
+
+
+def _package_files_key(extra: str) -> str:
+    """A key that changes whenever any source file of the package may have: each ``.py``
+    file's path, size, modification time (ns) and inode -- what Python's bytecode cache and
+    Numba's own cache trust a source by -- and ``extra`` (versions)."""
+    h = hashlib.sha256(extra.encode())
+    for dirpath, dirnames, filenames in os.walk(sources.ROOT):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith((".", "__")))
+        for name in sorted(filenames):
+            if name.endswith(".py"):
+                path = os.path.join(dirpath, name)
+                st = os.stat(path)
+                h.update(f"{path}\0{st.st_size}\0{st.st_mtime_ns}\0{st.st_ino}\n".encode())
+    return h.hexdigest()
+
+
+def _is_digest(v: str) -> bool:
+    return len(v) == 64 and all(c in "0123456789abcdef" for c in v)
+
+
+def memoized_stamp(name: str, extra: str, compute) -> str:
+    """``compute()`` -- a hash of the sources some kernels are made from -- remembered in the
+    cache directory against :func:`_package_files_key`.
+
+    Finding those sources means reading the import graph of the kernel modules
+    (jitops.core.sources), 15 ms of every ``import jitops``; listing the package's files and
+    their stats takes a fraction of one. Any edit, reinstall or version change gives another
+    key, and the stamp is recomputed and written afresh. The memo is a cache too: a missing,
+    damaged or foreign file is recomputed (and replaced where the directory is writable),
+    never an error. One file per installed copy of jitops (its path in the name), so two
+    environments sharing a cache directory do not overwrite each other's.
+    """
+    try:
+        key = _package_files_key(extra)
+    except OSError:  # a source file vanished while we looked: no memo this time
+        return compute()
+    where = hashlib.sha256(sources.ROOT.encode()).hexdigest()[:16]
+    path = os.path.join(_config.cache_dir(), f"{name}-{where}")
+    try:
+        with open(path, encoding="ascii") as f:
+            k, v = f.read(200).split()
+        if k == key and _is_digest(v):
+            return v
+    except Exception:  # missing, unreadable, garbage, a directory: recompute
+        pass
+    v = compute()
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(tmp, "w", encoding="ascii") as f:
+            f.write(f"{key} {v}\n")
+        os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
+    except OSError:  # read-only or full: the stamp is right, only not remembered
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return v
 
 
 class LocatorMixin:

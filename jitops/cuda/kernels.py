@@ -21,13 +21,13 @@ offsets are tuples of kernel arguments, so a launch allocates nothing on the dev
 
 from __future__ import annotations
 
-import hashlib
 import os
 
 import numba
 from numba import cuda
 
 from ..core import config, sources
+from ..cpu.cache import content_stamp, memoized_stamp
 from .spec import SIMULATOR, element, gather, load, offsets
 
 #: Elements per thread and step in ``contig`` (loads issued before the first store).
@@ -111,13 +111,13 @@ _stamp: str | None = None
 def source_stamp() -> str:
     global _stamp
     if _stamp is None:
-        h = hashlib.sha256(numba.__version__.encode())
-        h.update(getattr(cuda, "__version__", "").encode())
-        modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
-        for m in modules:
-            with open(sources.module_file(m), "rb") as f:
-                h.update(f.read())
-        _stamp = h.hexdigest()
+        versions = numba.__version__ + getattr(cuda, "__version__", "")
+
+        def compute() -> str:
+            modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
+            return content_stamp(versions, [sources.module_file(m) for m in modules])
+
+        _stamp = memoized_stamp("cuda-source-stamp", versions, compute)
     return _stamp
 
 
