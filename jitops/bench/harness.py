@@ -320,7 +320,6 @@ def wait_for_quiet(max_s: float = 20.0, window_s: float = 0.5, busy_below: float
             "quiet": quiet >= windows}
 
 
-
 def machine() -> dict:
     """Everything a result depends on: CPU, threads, threading layer, versions."""
     import numba

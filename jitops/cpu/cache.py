@@ -39,17 +39,17 @@ KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.act")
 _stamp: str | None = None
 
 
-def stamped_files() -> list[str]:
-    """The source files a cached kernel depends on (read from the imports, not listed)."""
-    modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
+def stamped_files(kernel_modules: tuple[str, ...] = KERNEL_MODULES) -> list[str]:
+    """The source files a cached kernel of ``kernel_modules`` depends on (read from the
+    imports, not listed)."""
+    modules = sorted({m for k in kernel_modules for m in sources.closure(k)})
     return [sources.module_file(m) for m in modules]
 
 
 def source_stamp() -> str:
     global _stamp
     if _stamp is None:
-        _stamp = memoized_stamp("source-stamp", numba.__version__,
-                                lambda: content_stamp(numba.__version__, stamped_files()))
+        _stamp = memoized_stamp("source-stamp", numba.__version__, KERNEL_MODULES)
     return _stamp
 
 
@@ -81,9 +81,10 @@ def _is_digest(v: str) -> bool:
     return len(v) == 64 and all(c in "0123456789abcdef" for c in v)
 
 
-def memoized_stamp(name: str, extra: str, compute) -> str:
-    """``compute()`` -- a hash of the sources some kernels are made from -- remembered in the
-    cache directory against :func:`_package_files_key`.
+def memoized_stamp(name: str, extra: str, kernel_modules: tuple[str, ...]) -> str:
+    """The stamp of the kernels of ``kernel_modules`` -- :func:`content_stamp` of ``extra``
+    (versions) and :func:`stamped_files` -- remembered in the cache directory against
+    :func:`_package_files_key`.
 
     Finding those sources means reading the import graph of the kernel modules
     (jitops.core.sources), 15 ms of every ``import jitops``; listing the package's files and
@@ -96,7 +97,7 @@ def memoized_stamp(name: str, extra: str, compute) -> str:
     try:
         key = _package_files_key(extra)
     except OSError:  # a source file vanished while we looked: no memo this time
-        return compute()
+        return content_stamp(extra, stamped_files(kernel_modules))
     where = hashlib.sha256(sources.ROOT.encode()).hexdigest()[:16]
     path = os.path.join(_config.cache_dir(), f"{name}-{where}")
     try:
@@ -106,7 +107,7 @@ def memoized_stamp(name: str, extra: str, compute) -> str:
             return v
     except Exception:  # missing, unreadable, garbage, a directory: recompute
         pass
-    v = compute()
+    v = content_stamp(extra, stamped_files(kernel_modules))
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)

@@ -375,15 +375,10 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
     """Every row of task ``t`` of a user op; returns 0 (an exception in the user's function
     returns its error status instead, through Numba's calling convention).
 
-    Each row runs one of two loops:
-
-    * where out is unit-stride along the row and every input unit-stride or constant, the
-      row runs in chunks of at most ``BUFFER`` elements (the whole row where no input is
-      constant), each input read in place or, constant, from its value staged on the
-      stack -- so one loop body reads every input the same way and vectorises whatever the
-      mix of broadcast inputs; where the spec streams, the elements after an aligned head
-      are written with non-temporal stores, and every chunk after the head starts aligned;
-    * anything else (and every row of a tile) runs element by element at the strides.
+    Each row runs one of the module's two loops. ``contig`` runs in chunks of at most
+    ``BUFFER`` elements (the whole row where no input is constant), the chunks cut at the
+    streaming head where the spec streams (:func:`~jitops.cpu.kernels.emit_chunked_stores`);
+    ``strided`` runs element by element at the strides.
 
     LLVM IR around one call of the spec's element function (the user's function between the
     loads and the store, a small compiled function typed here and linked in): generated as

@@ -26,8 +26,8 @@ import os
 import numba
 from numba import cuda
 
-from ..core import config, sources
-from ..cpu.cache import content_stamp, memoized_stamp
+from ..core import config
+from ..cpu.cache import memoized_stamp
 from .spec import SIMULATOR, element, gather, load, offsets
 
 #: Elements per thread and step in ``contig`` (loads issued before the first store).
@@ -111,13 +111,9 @@ _stamp: str | None = None
 def source_stamp() -> str:
     global _stamp
     if _stamp is None:
-        versions = numba.__version__ + getattr(cuda, "__version__", "")
-
-        def compute() -> str:
-            modules = sorted({m for k in KERNEL_MODULES for m in sources.closure(k)})
-            return content_stamp(versions, [sources.module_file(m) for m in modules])
-
-        _stamp = memoized_stamp("cuda-source-stamp", versions, compute)
+        _stamp = memoized_stamp("cuda-source-stamp",
+                                numba.__version__ + getattr(cuda, "__version__", ""),
+                                KERNEL_MODULES)
     return _stamp
 
 
