@@ -870,7 +870,10 @@ def _drive(task, oo, ox, oy, pmeta):
 def renamed(fn, name: str):
     """``fn`` as a distinct Python function called ``name``: the same code compiled (and
     cached on disk) under its own name, e.g. once with ``parallel=True`` and once without."""
-    code = fn.__code__.replace(co_name=name, co_qualname=name)
+    names = {"co_name": name}
+    if hasattr(fn.__code__, "co_qualname"):  # Python 3.11+
+        names["co_qualname"] = name
+    code = fn.__code__.replace(**names)
     new = FunctionType(code, fn.__globals__, name)
     new.__qualname__, new.__doc__ = name, fn.__doc__
     return new
