@@ -160,7 +160,7 @@ def test_a_job_of_one_thread_walks_all_its_tasks_each_way(monkeypatch):
     assert args[1:4] == (id(o), id(x), id(y))
     p = pool.get()
     firsts = []
-    with p.lock:
+    with p.held():
         for _ in range(4):
             o[:] = np.nan
             assert pooled(*args, p.ctl, 0) == kernels.OK
@@ -183,7 +183,7 @@ _STEAL_STRESS = """
     add3 = jitops.elementwise(lambda a, b, c: a * b + c)
     calls = 0
     for cap, units, alt in itertools.product((5, 3, 1), (pool.MAX_UNITS, 7, 2), (1, 0)):
-        with p.lock:
+        with p.held():
             w[pool.C_RANGE_CAP], w[pool.C_MAX_UNITS], w[pool.C_ALTERNATE] = cap, units, alt
         for shape in shapes:
             x = rng.standard_normal(shape).astype(np.float32)
@@ -259,8 +259,7 @@ def test_a_busy_pool_makes_other_threads_run_serially_not_wait():
     p = pool.get()
     x = np.arange(N, dtype=np.float64)
     g = _generation()
-    assert p.lock.acquire(timeout=10)  # as a running job would hold it
-    try:
+    with p.held():  # as a running job would hold it
         res = {}
         t = threading.Thread(target=lambda: res.setdefault("r", jitops.subtract(x, 2.0)))
         t.start()
@@ -268,8 +267,6 @@ def test_a_busy_pool_makes_other_threads_run_serially_not_wait():
         assert not t.is_alive()
         np.testing.assert_array_equal(res["r"], x - 2.0)
         assert _generation() == g
-    finally:
-        p.lock.release()
 
 
 def test_a_task_that_raises_on_a_worker_is_an_error_not_a_silent_result():

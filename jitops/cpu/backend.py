@@ -142,14 +142,15 @@ _DRIVERS: dict = {}
 def drivers(family: dict, sig: tuple) -> tuple:
     """The compiled drivers :func:`jitops.cpu.parallel.launch` takes for a ``KERNELS`` family
     (the built-ins' or the user ops'): pooled and serial on jitops' pool, else Numba's
-    parallel one. Resolved on the first parallel call, then one dictionary lookup."""
+    parallel one and the serial one (for a call that finds the layer's one launch taken).
+    Resolved on the first parallel call, then one dictionary lookup."""
     d = _DRIVERS.get(id(family))
     if d is None:
         if pool.AVAILABLE:
             d = (entry_point(family["pooled"], sig + (_I64, _I64)),
                  entry_point(family["serial"], sig))
         else:
-            d = (entry_point(family["parallel"], sig), None)
+            d = (entry_point(family["parallel"], sig), entry_point(family["serial"], sig))
         _DRIVERS[id(family)] = d
     return d
 

@@ -20,10 +20,11 @@ import weakref
 
 from numba.core import codegen
 from numba.core.compiler import Compiler, DefaultPassBuilder
-from numba.core.compiler_lock import global_compiler_lock
 from numba.core.compiler_machinery import register_pass
 from numba.core.registry import CPUDispatcher
 from numba.core.typed_passes import NativeLowering
+
+from . import lifecycle
 
 #: Called only by compiled code: helpers, scalar-table functions, the tasks.
 INNER = {"nogil": True, "error_model": "numpy", "no_cpython_wrapper": True,
@@ -95,7 +96,7 @@ class LazyLibrary(codegen.JITCodeLibrary):
         Under Numba's compiler lock: the engine is shared by every compile and not
         thread-safe, and an address may be asked for outside a compile (a task's, with the
         disk cache off, where saving it would otherwise have made its code in the compile)."""
-        with global_compiler_lock:
+        with lifecycle.compiler_lock(), lifecycle.signals_held():
             if not self._lazy:
                 return
             self._codegen._add_module(self._final_module)

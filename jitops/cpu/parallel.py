@@ -53,7 +53,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import glob
-import itertools
 import os
 import platform
 import re
@@ -64,11 +63,11 @@ import numba
 import numpy as np
 from numba import types
 
-from . import omp, pool
+from . import lifecycle, omp, pool
 
 _I64 = types.int64
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # the decision (a nested call on the same thread makes it too)
 _state = {"tbb_loaded": False, "tbb_path": None, "forked_with_openmp": False}
 
 #: The environment variable that sets the default thread count.
@@ -88,16 +87,19 @@ _decision: tuple[int, bool, bool, str] | None = None
 #: give that count again without asking: right after a 1e6-element job has swept the caches,
 #: asking costs ~1% of the call. Never rebound (the front end holds the list).
 STAMP: list = [0]
-_stamps = itertools.count(1)
+_last_stamp = [0]
 _open_blocks = [0]  # threads() blocks open in all threads
 _stamp_lock = threading.Lock()
 
 
 def _restamp(opened: int = 0) -> None:
-    """A new stamp (after ``opened`` blocks opened, or closed where negative)."""
+    """A new stamp (after ``opened`` blocks opened, or closed where negative). The lock's
+    block calls nothing, so no signal handler or ``__del__`` can run inside it and open a
+    ``threads()`` block of its own (which would wait for this lock for ever)."""
     with _stamp_lock:
         _open_blocks[0] += opened
-        STAMP[0] = None if _open_blocks[0] > 0 else next(_stamps)
+        _last_stamp[0] += 1
+        STAMP[0] = None if _open_blocks[0] > 0 else _last_stamp[0]
 
 
 _OPENMP = re.compile(r"/lib(gomp|iomp5|omp)[-.][^/]*$")
@@ -149,12 +151,11 @@ def configure() -> None:
     loadable; watch for forks. Nothing else."""
     if not pool.AVAILABLE:
         _load_tbb()
-    if hasattr(os, "register_at_fork"):
-        os.register_at_fork(after_in_child=_after_fork_in_child)
+    lifecycle.at_fork_in_child(_after_fork_in_child)
 
 
 def _after_fork_in_child() -> None:
-    global _lock, _decision, _setting, _stamp_lock
+    global _lock, _decision, _setting, _stamp_lock, _launch_guard
     if _setting is not None and not _setting[2]:
         _setting = None  # the default follows the child's own affinity
     # (blocks other threads had open stay counted: the child repeats by asking, never wrong)
@@ -163,7 +164,8 @@ def _after_fork_in_child() -> None:
     # An OpenMP runtime present at the fork may have had threads in the parent, which the
     # child does not have: GNU OpenMP then hangs or is killed at its next parallel region.
     _state["forked_with_openmp"] = bool(openmp_runtimes())
-    _lock = threading.Lock()  # a lock held by another thread at fork time would never open
+    _lock = threading.RLock()  # a lock held by another thread at fork time would never open
+    _launch_guard, _launching[0] = threading.Lock(), False
     _decision = None
 
 
@@ -174,21 +176,35 @@ def _decide() -> tuple[int, bool, bool, str]:
         d = _decision
         if d is not None and d[0] == pool.current_pid():
             return d
-        started_before = _numba_layer_started()
-        foreign = [] if started_before else openmp_runtimes()
-        numba.get_num_threads()  # starts Numba's threading layer if nobody did
-        layer = numba.threading_layer()
-        parallel, why = True, f"{layer}: parallel"
-        if layer == "omp":
-            if _state["forked_with_openmp"]:
-                parallel, why = False, "omp: forked after an OpenMP runtime loaded: serial"
-            elif foreign:
-                parallel, why = False, (f"omp: an OpenMP runtime was loaded before Numba's "
-                                        f"({os.path.basename(foreign[0])}): serial")
-            elif started_before:
-                parallel, why = False, "omp: Numba's layer was started outside jitops: serial"
-        _decision = d = (pool.current_pid(), parallel, layer == "workqueue", why)
-        return d
+        if _deciding[0]:  # a call nested in this thread's own decision (a signal handler)
+            return (pool.current_pid(), False, False, "deciding: serial")
+        try:
+            _deciding[0] = True
+            return _decide_locked()
+        finally:
+            _deciding[0] = False
+
+
+_deciding = [False]
+
+
+def _decide_locked() -> tuple[int, bool, bool, str]:
+    global _decision
+    started_before = _numba_layer_started()
+    foreign = [] if started_before else openmp_runtimes()
+    numba.get_num_threads()  # starts Numba's threading layer if nobody did
+    layer = numba.threading_layer()
+    parallel, why = True, f"{layer}: parallel"
+    if layer == "omp":
+        if _state["forked_with_openmp"]:
+            parallel, why = False, "omp: forked after an OpenMP runtime loaded: serial"
+        elif foreign:
+            parallel, why = False, (f"omp: an OpenMP runtime was loaded before Numba's "
+                                    f"({os.path.basename(foreign[0])}): serial")
+        elif started_before:
+            parallel, why = False, "omp: Numba's layer was started outside jitops: serial"
+    _decision = d = (pool.current_pid(), parallel, layer == "workqueue", why)
+    return d
 
 
 def threading_layer() -> str:
@@ -407,6 +423,8 @@ def num_threads() -> int:
 
 _POOL = pool.AVAILABLE
 _MODULES = sys.modules
+_getpid = os.getpid
+_LIFE_PID = lifecycle._pid
 _get_ident = threading.get_ident
 _OMP_MAIN, _IMPORT_PID = omp._MAIN, omp._IMPORT_PID
 
@@ -414,7 +432,7 @@ _OMP_MAIN, _IMPORT_PID = omp._MAIN, omp._IMPORT_PID
 def launch(drivers: tuple, args: tuple, threads: int) -> int:
     """Run a parallel job on ``threads`` threads (what :func:`num_threads` gave the caller);
     returns its status. ``drivers`` is a family's compiled drivers for the job's signature:
-    ``(pooled, serial)`` on jitops' pool, ``(parallel, None)`` on Numba's layer. Call only
+    ``(pooled, serial)`` on jitops' pool, ``(parallel, serial)`` on Numba's layer. Call only
     where :func:`parallel_allowed` said yes.
 
     On jitops' pool, a Python thread that finds the pool busy with another thread's job runs
@@ -423,17 +441,25 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
     frame, no helper calls on the way (see :func:`num_threads`).
     """
     if not _POOL:
-        return launch_parallel(drivers[0], *args)
+        return launch_parallel(drivers, args)
+    if _getpid() != _LIFE_PID[0]:  # a fork by C code (libc's fork()) that ran no at-fork hook
+        lifecycle.check_pid()
     p = pool._pool
     if p is None or p.pid != pool._pid:
         p = pool.get()
-    lock = p.lock
-    if not lock.acquire(False):
-        return drivers[1](*args)
+    mine = False
     try:
+        with p.guard:  # no Python code in here: see Pool.busy
+            if not p.busy:
+                mine = p.busy = True
+        if not mine:  # another thread's job, or a call nested in this thread's own
+            return drivers[1](*args)
         workers = threads - 1
         if len(p.threads) < workers:
-            p.ensure(workers)  # (on PyTorch's OpenMP team too: they run jobs after a stall)
+            # (on PyTorch's OpenMP team too: they run jobs after a stall)
+            workers = p.ensure(workers)
+            if workers == 0:
+                return drivers[1](*args)
         # omp.team()'s answer, asked only where it may differ from what omp settled on (the
         # team, for the main thread of the process jitops was imported in; no team while
         # PyTorch is not loaded): each call asked costs ~0.5% of a 1e6-element job
@@ -447,29 +473,46 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
             p.use_omp(fn, omp._state["tnum"])  # (the team's, looked up with fn)
         return drivers[0](*args, p.ctl, workers)
     finally:
-        lock.release()
+        if mine:
+            p.busy = False
 
 
-def launch_parallel(kernel, *args):
-    """Run a parallel kernel on :func:`get_num_threads` threads and return its result, one
-    launch at a time where the layer is not thread-safe (workqueue). Call only where
-    :func:`parallel_allowed` said yes.
+def launch_parallel(drivers: tuple, args: tuple):
+    """Run a parallel kernel (``drivers[0]``) on :func:`get_num_threads` threads and return
+    its result, one launch at a time where the layer is not thread-safe (workqueue): a call
+    that finds that launch taken -- another thread's, or its own thread's that a signal
+    handler or a ``__del__`` interrupted -- runs ``drivers[1]``, the serial driver, instead.
+    Call only where :func:`parallel_allowed` said yes.
 
     Numba's count is thread-local: it is set for this launch and put back after, so what a
     user (or another library) gave ``numba.set_num_threads`` is what they find afterwards.
     """
+    kernel, serial = drivers[0], drivers[1]
     n = get_num_threads()
     before = numba.get_num_threads()
     if n != before:
         numba.set_num_threads(n)
     try:
-        if _current()[2]:
-            with _lock:
+        if not _current()[2]:
+            return kernel(*args)
+        mine = False
+        try:
+            with _launch_guard:  # no Python code in here
+                if not _launching[0]:
+                    mine = _launching[0] = True
+            if mine:
                 return kernel(*args)
-        return kernel(*args)
+            return serial(*args)
+        finally:
+            if mine:
+                _launching[0] = False
     finally:
         if n != before:
             numba.set_num_threads(before)
+
+
+_launch_guard = threading.Lock()
+_launching = [False]  # a launch on a layer that takes one at a time is running
 
 
 def cpu_model() -> str:

@@ -43,11 +43,14 @@ available (not Linux), :data:`AVAILABLE` is False and jitops launches through Nu
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import os
 import platform
 import sys
 import threading
+import time
+import warnings
 
 import numba
 import numpy as np
@@ -56,8 +59,8 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..core.config import env_int
-from . import cache, registries
+from ..core.config import env_flag, env_int
+from . import cache, lifecycle, registries
 from .jit import ENTRY, inner
 
 _I64 = types.int64
@@ -112,7 +115,7 @@ YIELDS = env_int("JITOPS_POOL_YIELDS", 4000)
 #: faster at 3e5 elements, 2-3% at 1e6 (12 MB, in the L3), 4.5-8% at 2e6, 1.5% at 3e6,
 #: ``x - 3.0`` at 2e6 9%; the row, pdpd and outer broadcasts within +-1.3%. Tiled transposes
 #: lost 9% and are always walked forwards (``reversible``).
-ALTERNATE = env_int("JITOPS_POOL_ALTERNATE", 1, 0)
+ALTERNATE = env_int("JITOPS_POOL_ALTERNATE", 1, 0, 1)
 
 #: Pause instructions (~200 us on x86) a thread that has nothing left to claim spins waiting
 #: for the job's last tasks before it sleeps on the futex (:func:`_wait_done`). Long enough
@@ -283,7 +286,7 @@ def _yield(ctl):
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_YIELD_NR), 0, 0, 0)
 
 
-@njit(**ENTRY)  # also called from Python (Pool.stop)
+@njit(**ENTRY)
 def _futex_wake(ctl):
     addr = ctl + C_SEQ * 8
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
@@ -668,7 +671,7 @@ def _libc_syscall() -> int:
 _SYSCALL = _libc_syscall()
 
 #: Whether this platform runs the pool (Linux futexes); elsewhere Numba's layer is used.
-AVAILABLE = bool(_SYSCALL) and os.environ.get("JITOPS_POOL", "1") != "0"
+AVAILABLE = env_flag("JITOPS_POOL", True) and bool(_SYSCALL)
 
 
 def word(ctl: int, index: int) -> int:
@@ -706,48 +709,103 @@ class Pool:
         words[C_OMP_BACKOFF_MIN] = max(1, OMP_BACKOFF_JOBS)
         words[C_OMP_BACKOFF_MAX] = max(OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS)
         self.pid = current_pid()
-        self.lock = threading.Lock()  # held by the one Python thread whose job is running
+        # Whether a job of this process runs: set and cleared only by bytecodes that no
+        # signal handler, garbage collection or thread switch can come between (inside
+        # ``with guard``, which holds no Python code), so an exception arriving anywhere in
+        # a launch leaves it as it found it (jitops.cpu.parallel.launch), and a nested call
+        # from the same thread (a handler, a __del__) finds it set and runs serially.
+        self.guard = threading.Lock()
+        self.busy = False
         self.threads: list[threading.Thread] = []
+        self.thread_limit: int | None = None  # workers this process could start, once it failed
         self.words = words
         self.omp = 0  # what C_OMP holds
+
+    @contextlib.contextmanager
+    def held(self, timeout: float = 10.0):
+        """Hold the pool as a running job does (tests, :meth:`stop`); raises TimeoutError
+        where another job still holds it after ``timeout`` seconds."""
+        mine = False
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                with self.guard:
+                    if not self.busy:
+                        mine = self.busy = True
+                if mine:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("jitops: the thread pool is busy")
+                time.sleep(0.001)
+            yield
+        finally:
+            if mine:
+                self.busy = False
 
     def use_omp(self, fn: int, tnum: int = 0) -> None:
         """Run the next jobs on the OpenMP runtime whose ``GOMP_parallel`` is at ``fn`` (its
         ``omp_get_thread_num`` at ``tnum``, 0 if unknown), or on the pool's own workers
-        (``fn`` 0). Called with the lock held."""
+        (``fn`` 0). Called with the pool held."""
         if fn != self.omp:
             if fn and not self.words[C_OMP_ENTRY]:
                 self.words[C_OMP_ENTRY] = omp_entry_address()
             self.words[C_OMP_TNUM] = tnum
             self.words[C_OMP] = self.omp = fn
 
-    def ensure(self, workers: int) -> None:
-        """Start workers until there are ``workers`` of them (called with the lock held)."""
-        if len(self.threads) < workers:
+    def ensure(self, workers: int) -> int:
+        """Start workers until there are ``workers`` of them (called with the pool held);
+        returns how many there are, at most ``workers``. Where the system refuses a thread
+        (``RLIMIT_NPROC``, a pids cgroup) the process keeps the ones it has, and says so
+        once: a call then runs on fewer threads, or serially, never fails."""
+        if self.thread_limit is not None:
+            workers = min(workers, self.thread_limit)
+        if len(self.threads) < workers and (_I64, _I64) not in _worker.overloads:
             # here, not in the new threads
             registries.compile_with(lambda: _worker.compile((_I64, _I64)))
         while len(self.threads) < workers:
             t = threading.Thread(target=_worker, args=(self.ctl, len(self.threads)),
                                  name=f"jitops-worker-{len(self.threads)}", daemon=True)
-            t.start()
+            try:
+                t.start()
+            except RuntimeError as e:  # "can't start new thread"
+                self.thread_limit = len(self.threads)
+                warnings.warn(f"jitops: could not start a worker thread ({e}); parallel calls "
+                              f"use {len(self.threads) + 1} thread(s) from now on. Set "
+                              f"JITOPS_NUM_THREADS to what this process may start to silence "
+                              f"this.", RuntimeWarning, stacklevel=4)
+                break
             self.threads.append(t)
+        return min(workers, len(self.threads))
 
-    def stop(self) -> None:
-        """Let the workers return (at interpreter exit), and wait briefly for them."""
+    def stop(self, timeout: float = 1.0) -> bool:
+        """Let the workers return (at interpreter exit), and wait briefly for them. Gives up
+        (False) where a job still holds the pool after ``timeout`` seconds: exit never waits
+        for long (the workers are daemon threads, asleep or about to be)."""
         if not self.threads or self.pid != current_pid():
-            return
+            return True
         words = self.words
-        with self.lock:
-            words[C_STOP] = 1
-            words[C_WORKERS] = 0
-            words[C_SEQ] = (int(words[C_SEQ]) + 1) & 0x7FFFFFFF
-            _futex_wake(self.ctl)
+        try:
+            with self.held(timeout):
+                words[C_STOP] = 1
+                words[C_WORKERS] = 0
+                words[C_SEQ] = (int(words[C_SEQ]) + 1) & 0x7FFFFFFF
+                _wake_all(self.ctl)
+        except TimeoutError:
+            return False
         for t in self.threads:
-            t.join(timeout=1.0)
+            t.join(timeout=timeout)
+        return True
+
+
+def _wake_all(ctl: int) -> None:
+    """What :func:`_futex_wake` does, from Python (through libc, nothing to compile)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall(ctypes.c_long(_FUTEX_NR), ctypes.c_void_p(ctl + C_SEQ * 8),
+                 ctypes.c_long(_FUTEX_WAKE_PRIVATE), ctypes.c_long(1 << 30))
 
 
 _pool: Pool | None = None
-_pool_guard = threading.Lock()
+_pool_guard = threading.RLock()  # (re-entrant: Pool() runs Python code a handler may interrupt)
 
 
 def get() -> Pool:
@@ -768,18 +826,16 @@ _pid = os.getpid()
 def current_pid() -> int:
     """This process's id, without a system call: ``os.getpid()`` costs ~0.2 us on these VMs
     and a parallel call asked for it several times. Kept current in a forked child by the
-    at-fork hook below (``os.fork``, so every fork Python code makes, runs it)."""
+    at-fork hook below (every ``os.fork`` runs it; a fork by C code runs it at the child's
+    first parallel call or compile: :func:`jitops.cpu.lifecycle.check_pid`)."""
     return _pid
 
 
+@lifecycle.at_fork_in_child
 def _after_fork_in_child() -> None:
     global _pool, _pool_guard, _pid
     _pid = os.getpid()
-    _pool, _pool_guard = None, threading.Lock()  # the parent's workers are not here
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+    _pool, _pool_guard = None, threading.RLock()  # the parent's workers are not here
 
 
 @atexit.register

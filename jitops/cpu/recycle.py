@@ -24,13 +24,15 @@ first. A buffer no longer followed is an ordinary array, freed with its last vie
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 
 import numpy as np
 
 from ..core import config
+from . import lifecycle
+
+_get_ident = threading.get_ident
 
 #: How many buffers (in use or idle) are followed at once: the scan for an idle one reads
 #: each count, so it stays short (about 0.05 us a buffer).
@@ -38,6 +40,10 @@ TRACKED_MAX = 16
 
 _buffers: list[np.ndarray] = []  # least recently handed out first
 _lock = threading.Lock()
+#: The thread inside ``_lock``'s block, if any: that block runs Python code (reference
+#: counts, a new array), where a signal handler or a ``__del__`` may run and call jitops on
+#: the same thread; such a nested call gets a fresh buffer instead of waiting for the lock.
+_owner = [None]
 _stats = {"new": 0, "reused": 0}
 
 
@@ -74,59 +80,88 @@ def empty(shape: tuple, dtype: np.dtype, byte_strides: tuple | None, nbytes: int
     """A new array of ``shape``/``dtype`` (C order, or ``byte_strides``) over ``nbytes``
     bytes: a recycled buffer's memory where an idle one of that size is kept, else new.
     Call only where :func:`enabled` says yes."""
-    return np.ndarray(shape, dtype, buffer=_take(nbytes), strides=byte_strides)
+    try:
+        buf = _take(nbytes)
+    except MemoryError:
+        raise MemoryError(f"jitops: cannot allocate {nbytes} bytes for a result of shape "
+                          f"{tuple(shape)} and dtype {np.dtype(dtype)}") from None
+    return np.ndarray(shape, dtype, buffer=buf, strides=byte_strides)
+
+
+def _locked(fn, *args):
+    """``fn(*args)`` under the lock; None where this thread already is inside it (a nested
+    call: see ``_owner``). The owner is set without a call in between (no handler can run
+    there), so a nested call always sees it."""
+    me = _get_ident()
+    if _owner[0] == me:
+        return None
+    with _lock:
+        _owner[0] = me
+        try:
+            return fn(*args)
+        finally:
+            _owner[0] = None
 
 
 def _take(nbytes: int) -> np.ndarray:
-    cap = config.RECYCLE_BYTES
-    with _lock:
-        counts = _counts(_buffers)
-        found = None
-        for i, c in enumerate(counts):
-            if c == _IDLE and _buffers[i].nbytes == nbytes:
-                found = i
-                break
-        if found is not None:
-            buf = _buffers.pop(found)
-            _stats["reused"] += 1
-        else:
-            buf = np.empty(nbytes, np.uint8)
-            _stats["new"] += 1
-        if nbytes <= cap:
-            # Follow at most `cap` bytes (in use or idle, so the idle ones never exceed it
-            # whenever results are dropped) and TRACKED_MAX buffers: the least recently
-            # handed out go first (freed when idle; when in use, only no longer followed).
-            total = nbytes + sum(b.nbytes for b in _buffers)
-            while _buffers and (total > cap or len(_buffers) >= TRACKED_MAX):
-                total -= _buffers.pop(0).nbytes
-            _buffers.append(buf)
-        return buf
+    buf = _locked(_take_locked, nbytes, config.RECYCLE_BYTES)
+    return np.empty(nbytes, np.uint8) if buf is None else buf
+
+
+def _take_locked(nbytes: int, cap: int) -> np.ndarray:
+    counts = _counts(_buffers)
+    found = None
+    for i, c in enumerate(counts):
+        if c == _IDLE and _buffers[i].nbytes == nbytes:
+            found = i
+            break
+    if found is not None:
+        buf = _buffers.pop(found)
+        _stats["reused"] += 1
+    else:
+        buf = np.empty(nbytes, np.uint8)
+        _stats["new"] += 1
+    if nbytes <= cap:
+        # Follow at most `cap` bytes (in use or idle, so the idle ones never exceed it
+        # whenever results are dropped) and TRACKED_MAX buffers: the least recently
+        # handed out go first (freed when idle; when in use, only no longer followed).
+        total = nbytes + sum(b.nbytes for b in _buffers)
+        while _buffers and (total > cap or len(_buffers) >= TRACKED_MAX):
+            total -= _buffers.pop(0).nbytes
+        _buffers.append(buf)
+    return buf
 
 
 def release() -> int:
     """Free every idle buffer now; returns the bytes freed (to the allocator)."""
-    with _lock:
-        counts = _counts(_buffers)
-        freed = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
-        _buffers[:] = [b for b, c in zip(_buffers, counts) if c != _IDLE]
+    return _locked(_release_locked) or 0
+
+
+def _release_locked() -> int:
+    counts = _counts(_buffers)
+    freed = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
+    _buffers[:] = [b for b, c in zip(_buffers, counts) if c != _IDLE]
     return freed
 
 
 def status() -> dict:
     """What is kept: for ``python -m jitops info`` and tests."""
-    with _lock:
-        counts = _counts(_buffers)
-        idle = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
-        return {"enabled": enabled(), "min_bytes": config.RECYCLE_MIN_BYTES,
-                "cap_bytes": config.RECYCLE_BYTES, "followed": len(_buffers),
-                "idle_bytes": idle, **_stats}
+    return _locked(_status_locked)
+
+
+def _status_locked() -> dict:
+    counts = _counts(_buffers)
+    idle = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
+    return {"enabled": enabled(), "min_bytes": config.RECYCLE_MIN_BYTES,
+            "cap_bytes": config.RECYCLE_BYTES, "followed": len(_buffers),
+            "idle_bytes": idle, **_stats}
 
 
 def _after_fork_in_child() -> None:
     # A fork while another thread held the lock leaves it held in the child for ever.
     global _lock
     _lock = threading.Lock()
+    _owner[0] = None
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_after_fork_in_child)
+lifecycle.at_fork_in_child(_after_fork_in_child)

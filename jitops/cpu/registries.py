@@ -22,21 +22,21 @@ set is caught, not silently slowed.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from contextlib import contextmanager
 from types import MethodType
 from typing import TypeVar
 
 from numba.core import event
-from numba.core.compiler_lock import global_compiler_lock
 from numba.core.registry import cpu_target
 
+from ..core.config import env_flag
+from . import lifecycle
 from .jit import LazyLibrary
 
 #: Compiles retried under Numba's full refresh (see the module text).
 FALLBACKS = 0
-_STRICT = os.environ.get("JITOPS_STRICT_REGISTRIES", "") == "1"
+_STRICT = env_flag("JITOPS_STRICT_REGISTRIES", False)
 _active = False
 
 T = TypeVar("T")
@@ -78,9 +78,10 @@ def _light_typing(self) -> None:
 
 @contextmanager
 def light():
-    """Compile under the light registries (re-entrant; holds Numba's compiler lock)."""
+    """Compile under the light registries (re-entrant; holds Numba's compiler lock, with
+    signals held back: :mod:`jitops.cpu.lifecycle`)."""
     global _active
-    with global_compiler_lock:
+    with lifecycle.compiler_lock(), lifecycle.signals_held():
         if _active:
             yield
             return
@@ -93,10 +94,26 @@ def light():
         try:
             yield
         finally:
-            _active = False
-            del target.load_additional_registries
-            del typing.load_additional_registries
-            del cg._library_class
+            _unset()
+
+
+def _unset() -> None:
+    """Back to Numba's own registries and libraries."""
+    global _active
+    _active = False
+    target, typing = cpu_target.target_context, cpu_target.typing_context
+    for obj, name in ((target, "load_additional_registries"),
+                      (typing, "load_additional_registries"),
+                      (target.codegen(), "_library_class")):
+        if name in vars(obj):
+            delattr(obj, name)
+
+
+@lifecycle.at_fork_in_child
+def _after_fork_in_child() -> None:
+    # a light compile of a thread the child does not have (a fork by C code) never ends
+    if _active and not lifecycle.compile_in_progress():
+        _unset()
 
 
 def compile_with(compile_fn: Callable[[], T], builtin: bool = True) -> T:
@@ -104,6 +121,7 @@ def compile_with(compile_fn: Callable[[], T], builtin: bool = True) -> T:
     fails there (a ``builtin`` kernel's retry raises instead under
     ``JITOPS_STRICT_REGISTRIES=1``)."""
     global FALLBACKS
+    lifecycle.compiler_lock()  # a child of a fork by C code: _active may be another thread's
     if _active:  # already inside a light compile: its caller retries the whole of it
         return compile_fn()
     touched = _Compiled()

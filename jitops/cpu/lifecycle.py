@@ -1,0 +1,261 @@
+"""A process's life around jitops: forks by any means, and compiles that interrupts never cut.
+
+Forks. Each module that keeps per-process state (the pool, the thread count, the recycled
+buffers, the compile state) registers what a child must reset with :func:`at_fork_in_child`.
+``os.fork`` runs those hooks (``os.register_at_fork``); a fork made by C code (libc's
+``fork()``) runs none, so :func:`check_pid` -- asked before a job goes to a thread pool or a
+team and before a compile -- compares ``os.getpid()`` (0.2 us) with the pid the hooks last
+saw and runs them itself where they differ.
+
+Compiles. Numba's compiler does not survive an exception raised inside it (a signal
+handler's ``KeyboardInterrupt`` between two of its bytecodes can leave its registries half
+written, or free a module twice), and its compiler lock, inherited held by a child forked
+while another thread compiles, would never open there. So jitops enters the compiler as
+``with compiler_lock(), signals_held():`` -- Numba's lock taken as a C-level ``with``
+(released whatever exception arrives; the wait for another thread's compile stays
+interruptible), then every Python-level signal handler of the main thread held back until
+the compile is over and raised again right after: a Ctrl-C is delayed by at most the one
+compile.
+Around every ``os.fork`` that lock and llvmlite's (taken by any thread around each call
+into LLVM) are taken, as CPython takes its import lock, so no child starts with one held by
+a thread it does not have. A child of libc's ``fork()`` that finds llvmlite's lock held by
+another thread gets a fresh one; one that finds Numba's held was forked in the middle of a
+compile, whose half-written state no lock can repair: its compiles raise a RuntimeError
+that says so (never a hang), and what was compiled before the fork runs.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable
+
+from numba.core.compiler_lock import global_compiler_lock
+
+_CHILD_HOOKS: list[Callable[[], None]] = []
+_pid = [os.getpid()]  # the pid the hooks last saw
+
+
+def at_fork_in_child(fn: Callable[[], None]) -> Callable[[], None]:
+    """Run ``fn`` in every child, whether forked by ``os.fork`` or by C code (then at the
+    child's first :func:`check_pid`). Returns ``fn`` (usable as a decorator)."""
+    _CHILD_HOOKS.append(fn)
+    return fn
+
+
+def _run_child_hooks() -> None:
+    _pid[0] = os.getpid()
+    for fn in list(_CHILD_HOOKS):
+        fn()
+
+
+def check_pid() -> bool:
+    """Whether this process is the one the hooks last saw; if not (a fork no hook ran in),
+    run them now and say False."""
+    if os.getpid() == _pid[0]:
+        return True
+    _run_child_hooks()
+    return False
+
+
+# -- Numba's compiler lock ------------------------------------------------------------------
+
+
+def _rlock():
+    """The reentrant lock inside Numba's compiler lock, where it is one (Numba 0.62-0.68:
+    ``_CompilerLock._lock``), else None (then the public object is used as it is)."""
+    lock = getattr(global_compiler_lock, "_lock", None)
+    return lock if hasattr(lock, "acquire") and hasattr(lock, "_is_owned") else None
+
+
+def _llvm_lock_holder():
+    """llvmlite's lock around every call into LLVM (``ffi.lib._lock``, whose ``_lock`` is the
+    RLock; llvmlite 0.45-0.48), or None. Any thread may hold it briefly (an LLVM object's
+    ``__del__`` disposes of it under the lock), compiling or not."""
+    try:
+        from llvmlite.binding import ffi
+    except ImportError:
+        return None
+    holder = getattr(ffi.lib, "_lock", None)
+    lock = getattr(holder, "_lock", None)
+    return holder if hasattr(lock, "acquire") and hasattr(lock, "_is_owned") else None
+
+
+#: (object, attribute) of each lock a fork must not split: Numba's compiler lock, then
+#: llvmlite's (the order compiles take them in).
+def _fork_locks() -> list[tuple[object, str]]:
+    found = []
+    if _rlock() is not None:
+        found.append((global_compiler_lock, "_lock"))
+    holder = _llvm_lock_holder()
+    if holder is not None:
+        found.append((holder, "_lock"))
+    return found
+
+
+#: How long a fork waits for another thread's compile before it goes ahead (the child then
+#: gets fresh locks).
+FORK_WAIT_S = 10.0
+_fork_state = threading.local()
+
+
+def _before_fork() -> None:
+    held = []
+    for obj, name in _fork_locks():
+        lock = getattr(obj, name)
+        if lock.acquire(timeout=FORK_WAIT_S):
+            held.append(lock)
+    _fork_state.held = held
+
+
+def _after_fork_in_parent() -> None:
+    held, _fork_state.held = getattr(_fork_state, "held", []), []
+    for lock in reversed(held):
+        lock.release()
+
+
+def _after_fork_in_child() -> None:
+    _after_fork_in_parent()  # (the same objects, held by this same thread)
+
+
+#: Set in a child forked by C code while another thread of the parent was compiling: Numba's
+#: compiler state there is a half-written copy that no lock can make whole (a repaired lock
+#: leads into a dispatcher still marked as compiling, or into LLVM's own assertions).
+_compiler_orphaned = [False]
+
+
+@at_fork_in_child
+def _fresh_locks_if_orphaned() -> None:
+    """llvmlite's lock held by a thread the child does not have (a fork by C code while it
+    disposed of an LLVM object) is replaced. Numba's compiler lock held so is a compile cut
+    in half: compiles then raise a RuntimeError that says so (:func:`compiler_lock`), where
+    they would otherwise hang; kernels compiled before the fork still run."""
+    for obj, name in _fork_locks():
+        lock = getattr(obj, name)
+        if lock._is_owned():
+            continue
+        if lock.acquire(blocking=False):
+            lock.release()
+            continue
+        if obj is global_compiler_lock:
+            _compiler_orphaned[0] = True
+        else:
+            setattr(obj, name, threading.RLock())
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(after_in_child=_run_child_hooks)
+
+
+# -- signals held back while compiling --------------------------------------------------------
+
+_shield = threading.local()
+
+
+class _Deferred:
+    """Handlers installed while compiling: each records its signal for after the compile."""
+
+    __slots__ = ("pending", "saved")
+
+    def __init__(self) -> None:
+        self.pending: list[int] = []
+        self.saved: dict[int, object] = {}
+
+    def __call__(self, signum, frame) -> None:
+        self.pending.append(signum)
+
+
+def _hold_signals() -> _Deferred | None:
+    """Install a recording handler for every signal that has a Python handler (main thread
+    only: elsewhere no handler runs in this thread). None where nothing was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    d = _Deferred()
+    try:
+        for sig in signal.valid_signals():
+            try:
+                h = signal.getsignal(sig)
+            except (ValueError, OSError):
+                continue
+            if callable(h):
+                signal.signal(sig, d)
+                d.saved[sig] = h
+    except BaseException:
+        _release_signals(d)
+        raise
+    return d
+
+
+def _release_signals(d: _Deferred | None) -> None:
+    """Put the handlers back, then raise what came meanwhile: Python runs each handler at
+    its next check, as if the signal had just arrived. A handler that raises while others
+    are still being put back (a signal restored first arriving again) does not stop the
+    rest: its exception is raised at the end."""
+    if d is None:
+        return
+    err = None
+    for sig, h in d.saved.items():
+        while signal.getsignal(sig) is d:
+            try:
+                signal.signal(sig, h)
+            except BaseException as e:  # an earlier restored handler ran, and raised
+                err = err or e
+    for sig in dict.fromkeys(d.pending):
+        try:
+            signal.raise_signal(sig)
+        except BaseException as e:
+            err = err or e
+    if err is not None:
+        raise err
+
+
+def compiler_lock():
+    """Numba's compiler lock, for a ``with`` statement of the caller's own: the reentrant
+    lock inside it where there is one (a C-level ``with``: taken and released whatever
+    exception arrives, and the wait for another thread's compile stays interruptible), else
+    Numba's object.
+
+    Raises
+    ------
+    RuntimeError
+        In a child forked by C code (libc's ``fork()``) while another thread of the parent
+        was compiling (:func:`check_pid` finds out): Numba's compiler state is incomplete
+        there.
+    """
+    check_pid()
+    if _compiler_orphaned[0]:
+        raise RuntimeError(
+            "jitops: this process was forked by C code (not os.fork) while another thread was "
+            "compiling, so Numba's compiler is unusable here; kernels compiled before the "
+            "fork still run. Compile first (jitops.warmup) or fork with os.fork / "
+            "multiprocessing, which wait for the compile.")
+    return _rlock() or global_compiler_lock
+
+
+class signals_held:
+    """``with signals_held():`` -- Python signal handlers of the main thread held back until
+    the outermost block of this thread ends, then raised again (re-entrant).
+
+    Once its handlers are installed nothing asynchronous can raise inside the block (only
+    Python-level signal handlers do, and they are all the recording one), so an exit is
+    always reached."""
+
+    __slots__ = ("_deferred",)
+
+    def __enter__(self) -> None:
+        depth = getattr(_shield, "depth", 0)
+        self._deferred = _hold_signals() if depth == 0 else None
+        _shield.depth = depth + 1
+
+    def __exit__(self, *exc) -> None:
+        _shield.depth -= 1
+        d, self._deferred = self._deferred, None
+        _release_signals(d)
+
+
+def compile_in_progress() -> bool:
+    """Whether this thread is inside :class:`signals_held` (a jitops compile)."""
+    return bool(getattr(_shield, "depth", 0))
