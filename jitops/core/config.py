@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import os
 
+#: The largest value an integer setting takes: the pool keeps its tunables in int64 words.
+INT_MAX = (1 << 62) - 1
 
-def env_int(name: str, default: int, minimum: int = 0) -> int:
+
+def env_int(name: str, default: int, minimum: int = 0, maximum: int = INT_MAX) -> int:
     """The integer environment variable ``name``, ``default`` when unset or blank.
 
     Raises
     ------
     ValueError
-        If it is set to anything but an integer of at least ``minimum`` (naming the variable:
-        a bare ``int()`` error at import would not say which one).
+        If it is set to anything but an integer from ``minimum`` to ``maximum`` (naming the
+        variable and its range: a bare ``int()`` error at import would not say which one).
     """
     text = os.environ.get(name, "").strip()
     if not text:
@@ -20,10 +23,35 @@ def env_int(name: str, default: int, minimum: int = 0) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise ValueError(f"{name} must be an integer, got {text!r}") from None
-    if value < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {value}")
+        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}, "
+                         f"got {text!r}") from None
+    if not minimum <= value <= maximum:
+        raise ValueError(f"{name} must be an integer from {minimum} to {maximum}, got {value}")
     return value
+
+
+_TRUE, _FALSE = ("1", "on", "true", "yes"), ("0", "off", "false", "no")
+
+
+def env_flag(name: str, default: bool) -> bool:
+    """The on/off environment variable ``name`` (``1/on/true/yes`` or ``0/off/false/no``, any
+    case), ``default`` when unset or blank.
+
+    Raises
+    ------
+    ValueError
+        If it is set to anything else (naming the variable and what it accepts).
+    """
+    text = os.environ.get(name, "").strip().lower()
+    if not text:
+        return default
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{name} must be one of {'/'.join(_TRUE)} or {'/'.join(_FALSE)}, "
+                     f"got {os.environ[name]!r}")
+
 
 #: Below this many output elements the serial kernel runs: a parallel launch costs 1-5 us,
 #: more than the whole job (PyTorch's GRAIN_SIZE is 32768; measured here, see benchmarks/).
@@ -70,7 +98,14 @@ STREAM_BYTES = env_int("JITOPS_STREAM_BYTES", _last_level_cache_bytes())
 
 def cache_enabled() -> bool:
     """On-disk kernel cache, on unless ``JITOPS_CACHE=0`` (or ``off``/``false``/``no``)."""
-    return os.environ.get("JITOPS_CACHE", "1").strip().lower() not in ("0", "off", "false", "no")
+    return env_flag("JITOPS_CACHE", True)
+
+
+def home() -> str | None:
+    """The user's home folder, or None where it cannot be resolved (no ``HOME`` and no
+    passwd entry, as under ``docker run --user 12345``: ``~`` then stays ``~``)."""
+    h = os.path.expanduser("~")
+    return h if os.path.isabs(h) else None
 
 
 def cache_dir() -> str:
@@ -78,7 +113,8 @@ def cache_dir() -> str:
 
     ``JITOPS_CACHE_DIR`` if set; else ``$NUMBA_CACHE_DIR/jitops`` when the user set Numba's;
     else ``$XDG_CACHE_HOME/jitops`` (``~/.cache/jitops``): a place the user can always write,
-    unlike a read-only site-packages.
+    unlike a read-only site-packages. Without a home (and no ``XDG_CACHE_HOME``), a folder of
+    this user's in the temporary directory -- never a path relative to the working directory.
     """
     d = os.environ.get("JITOPS_CACHE_DIR")
     if d:
@@ -86,8 +122,16 @@ def cache_dir() -> str:
     d = os.environ.get("NUMBA_CACHE_DIR")
     if d:
         return os.path.join(d, "jitops")
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "jitops")
+    base = os.environ.get("XDG_CACHE_HOME")
+    if base and os.path.isabs(base):
+        return os.path.join(base, "jitops")
+    h = home()
+    if h is not None:
+        return os.path.join(h, ".cache", "jitops")
+    import tempfile
+
+    uid = os.getuid() if hasattr(os, "getuid") else "user"
+    return os.path.join(tempfile.gettempdir(), f"jitops-cache-{uid}")
 
 #: CUDA launch configuration (one place; tests patch it small). Kernels are grid-stride loops,
 #: so the block cap only bounds the launch, never the size handled.
@@ -102,4 +146,4 @@ CUDA_MAX_BLOCKS = env_int("JITOPS_CUDA_MAX_BLOCKS", 65535, 1)
 RECYCLE_MIN_BYTES = env_int("JITOPS_RECYCLE_MIN_BYTES", 16 << 20, 1)
 #: The most bytes of buffers recycling follows, in use or idle (so idle ones never hold more);
 #: the least recently handed out go first. 0 turns recycling off.
-RECYCLE_BYTES = env_int("JITOPS_RECYCLE_MB", 256) << 20
+RECYCLE_BYTES = env_int("JITOPS_RECYCLE_MB", 256, 0, 1 << 40) << 20

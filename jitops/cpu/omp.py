@@ -46,6 +46,7 @@ import sys
 import threading
 import time
 
+from ..core.config import env_flag
 from . import pool
 
 #: Seconds between looks for a thread of PyTorch's team, while none has been seen.
@@ -57,8 +58,7 @@ WAIT_S = 0.03
 WAIT_BUDGET_S = 0.15
 
 # x86-64 Linux: the stall check reads the cycle counter (jitops.cpu.pool.cycles)
-_ENABLED = (os.environ.get("JITOPS_OMP", "1").strip().lower() not in ("0", "off", "false", "no")
-            and sys.platform.startswith("linux")
+_ENABLED = (env_flag("JITOPS_OMP", True) and sys.platform.startswith("linux")
             and platform.machine().lower() in ("x86_64", "amd64") and pool.AVAILABLE)
 
 #: Whether PyTorch was imported before jitops (its team may have come from a forked parent).
