@@ -96,7 +96,7 @@ class ElementwiseOp:
         self.__wrapped__ = fn
         self.nin = _arity(fn, self.__name__)
         self.key, self.cacheable = nary.function_key(fn)
-        nary.register(self.key, fn)
+        self._compiled_fn = nary.register(self.key, fn)  # (an earlier twin's, if any)
         if dtype is not None:
             dtype = np.dtype(dtype)
             check_dtype(dtype, "dtype", self.__name__)
@@ -152,7 +152,7 @@ class ElementwiseOp:
             returned = nary.cached_return(self.key, compute)
         if returned is None:
             try:
-                ret = nary.return_type(self.py_func, compute, self.nin)
+                ret = nary.return_type(self._compiled_fn, compute, self.nin)
             except Exception as e:
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "

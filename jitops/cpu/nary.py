@@ -168,12 +168,80 @@ def function_key(fn) -> tuple[str, bool]:
         except OSError:
             local = True
     if local:
-        return f"local:{module}.{qual}@{id(fn):x}.{os.getpid()}", False
+        return f"local:{module}.{qual}@{_definition_id(fn)}.{os.getpid()}", False
     return f"{module}.{qual}@{digest}", True
 
 
-def register(key: str, fn) -> None:
-    _FUNCTIONS[key] = fn
+#: definition (see _definition) -> its number in this process, most recently used last.
+_DEFINITIONS: dict[tuple, str] = {}
+_DEFINITION_IDS = iter(range(1, 1 << 62))
+
+
+def _frozen(value) -> tuple:
+    """A value as part of a definition: itself (with its type: ``1 == 1.0 == True``) where it
+    can be hashed, else its identity (the definition then holds it, so the id stays its)."""
+    try:
+        hash(value)
+        return (type(value), value)
+    except TypeError:
+        return ("id", id(value), value)
+
+
+def _names(code) -> set[str]:
+    names = set(code.co_names)
+    for c in code.co_consts:
+        if hasattr(c, "co_names"):
+            names |= _names(c)
+    return names
+
+
+def _definition(fn) -> tuple:
+    """What Numba compiles a function from -- its code, the values its closure cells hold and
+    the globals it names (both frozen as constants at compile time), its defaults -- so that
+    the same lambda made again (``jitops.elementwise(lambda a, b: a * b)`` inside a function
+    called in a loop) is the same definition."""
+    code = fn.__code__
+    cells = tuple(_frozen(c.cell_contents) if _filled(c) else ("empty",)
+                  for c in fn.__closure__ or ())
+    g = fn.__globals__
+    globs = tuple((n, _frozen(g[n])) for n in sorted(_names(code)) if n in g)
+    return (code, cells, globs, _frozen(fn.__defaults__), id(g))
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+#: How many run-time definitions are remembered for reuse (the least recently made first
+#: forgotten: one made again after that compiles again).
+DEFINITIONS_MAX = 1024
+
+
+def _definition_id(fn) -> str:
+    """The number of ``fn``'s definition in this process: the same for every function object
+    made from the same definition (identity where it cannot be read)."""
+    try:
+        d = _definition(fn)
+        hash(d)
+    except Exception:  # anything unusual about the function: its identity, as before
+        return f"id{id(fn):x}"
+    n = _DEFINITIONS.pop(d, None)
+    if n is None:
+        n = f"{next(_DEFINITION_IDS):x}"
+        while len(_DEFINITIONS) >= DEFINITIONS_MAX:
+            _DEFINITIONS.pop(next(iter(_DEFINITIONS)))
+    _DEFINITIONS[d] = n
+    return n
+
+
+def register(key: str, fn) -> object:
+    """Record ``fn`` under ``key``; returns the function compiled for that key (the first one
+    registered: later ones are the same definition)."""
+    return _FUNCTIONS.setdefault(key, fn)
 
 
 class UserSpec:
