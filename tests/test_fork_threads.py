@@ -204,7 +204,8 @@ def test_fork_and_thread_scenarios(name, layer):
     _check(_run(SCENARIOS[name], layer), layer)
 
 
-@pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch CPU wheel not installed for this Python")
+@pytest.mark.skipif(not HAVE_TORCH, reason="needs PyTorch, which the test extra installs on "
+                    "Python 3.11 x86-64 only; elsewhere: pip install torch (CPU build)")
 @pytest.mark.parametrize("layer", [None, "omp"], ids=lambda v: v or "default")
 @pytest.mark.parametrize("name", list(TORCH_SCENARIOS))
 def test_fork_after_pytorch(name, layer):

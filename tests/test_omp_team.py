@@ -23,8 +23,13 @@ try:
 except ImportError:
     HAVE_TORCH = False
 
+#: Why a test that needs PyTorch skips: the test extra installs the CPU wheel these machines
+#: carry, for Python 3.11 on x86-64 only.
+NO_TORCH = ("needs PyTorch, which the test extra installs on Python 3.11 x86-64 only; "
+            "elsewhere: pip install torch (CPU build)")
+needs_torch = pytest.mark.skipif(not HAVE_TORCH, reason=NO_TORCH)
+
 pytestmark = [
-    pytest.mark.skipif(not HAVE_TORCH, reason="PyTorch CPU wheel not installed for this Python"),
     pytest.mark.skipif(not sys.platform.startswith("linux")
                        or platform.machine().lower() not in ("x86_64", "amd64"),
                        reason="the OpenMP team is used on x86-64 Linux only"),
@@ -76,6 +81,7 @@ def _run(code: str, env: dict | None = None) -> str:
     return res.stdout
 
 
+@needs_torch
 def test_every_kernel_family_on_the_team_gives_numpys_answer():
     out = _run("""
         assert omp.team() == 0  # PyTorch imported first and its team not yet seen
@@ -122,6 +128,7 @@ def test_every_kernel_family_on_the_team_gives_numpys_answer():
     assert "status: PyTorch's OpenMP team" in out
 
 
+@needs_torch
 def test_imported_before_pytorch_the_team_is_used_at_once():
     code = """
         import sys, numpy as np
@@ -140,6 +147,7 @@ def test_imported_before_pytorch_the_team_is_used_at_once():
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
+@needs_torch
 def test_other_threads_and_jitops_omp_0_use_the_pool():
     _run("""
         import threading
@@ -165,6 +173,7 @@ def test_other_threads_and_jitops_omp_0_use_the_pool():
     """, env={"JITOPS_OMP": "0"})
 
 
+@needs_torch
 def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
     """All threads on one CPU: a job's team thread then runs only when the other is off the
     CPU, and the region waits for it with no work left. The jobs still give the right
@@ -192,6 +201,7 @@ def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
     """)
 
 
+@needs_torch
 def test_a_team_that_keeps_stalling_is_tried_ever_more_rarely():
     """Each backoff that begins soon after the last is twice as long, up to the limit; after
     the team ran well for a while (here: the clean-job count set high) it is short again.
@@ -264,6 +274,7 @@ def test_a_stand_in_torch_module_is_no_openmp_runtime():
     assert res.returncode == 0 and res.stdout.strip() == "ok", res.stderr[-3000:]
 
 
+@needs_torch
 def test_team_is_found_while_pytorch_keeps_it_spinning():
     # PyTorch imported first and its op run right before each jitops call: the team's threads
     # spin between the calls and are never caught asleep by a quick look, so jitops' pool
@@ -289,6 +300,7 @@ def test_team_is_found_while_pytorch_keeps_it_spinning():
     assert "waited" in out
 
 
+@needs_torch
 def test_a_look_does_not_wait_where_no_foreign_thread_runs():
     # no thread but Python's own is running: nothing can fall asleep in libgomp, so a look
     # answers at once and spends none of the budget

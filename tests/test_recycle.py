@@ -118,7 +118,8 @@ def test_memory_still_reachable_is_never_handed_out(how):
 
 
 def test_torch_from_numpy_keeps_the_memory():
-    torch = pytest.importorskip("torch")
+    torch = pytest.importorskip("torch", reason="needs PyTorch, which the test extra installs "
+                                "on Python 3.11 x86-64 only; elsewhere: pip install torch")
     x, y = _data(7), _data(8)
     a = jitops.subtract(x, y)
     t = torch.from_numpy(a)
