@@ -61,10 +61,13 @@ def test_cuda_without_gpu_is_a_runtime_error_not_a_fallback():
 
 
 @pytest.mark.parametrize("name, value, says", [
-    ("JITOPS_BLOCK", "abc", "JITOPS_BLOCK must be an integer, got 'abc'"),
+    ("JITOPS_BLOCK", "abc", "JITOPS_BLOCK must be an integer from 1 to 4611686018427387903, "
+                            "got 'abc'"),
     ("JITOPS_STREAM_BYTES", "1.5", "JITOPS_STREAM_BYTES must be an integer"),
-    ("JITOPS_POOL_SPIN", "-1", "JITOPS_POOL_SPIN must be at least 0, got -1"),
-    ("JITOPS_TILE_J", "0", "JITOPS_TILE_J must be at least 1, got 0"),
+    ("JITOPS_POOL_SPIN", "-1", "JITOPS_POOL_SPIN must be an integer from 0 to "
+                               "4611686018427387903, got -1"),
+    ("JITOPS_TILE_J", "0", "JITOPS_TILE_J must be an integer from 1 to 4611686018427387903, "
+                           "got 0"),
     ("JITOPS_RECYCLE_MB", "lots", "JITOPS_RECYCLE_MB must be an integer"),
 ])
 def test_a_bad_tunable_in_the_environment_is_named_at_import(name, value, says):
