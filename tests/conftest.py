@@ -25,6 +25,9 @@ def rng():
 @pytest.fixture(params=backends.selected())
 def be(request):
     """Each backend a shared test runs on (tests/backends.py; ``JITOPS_TEST_BACKENDS``)."""
+    if request.param == "dask":
+        pytest.importorskip("dask.array", reason="the Dask backend's tests need Dask: "
+                                                 "pip install -e '.[test]' (or '.[dask]')")
     if request.param == "cuda":
         from jitops.core.device import cuda_unavailable_reason
 

@@ -32,6 +32,7 @@ from numba.core.serialize import dumps
 
 from ..core import config as _config
 from ..core import sources
+from . import hooks
 
 #: The modules whose functions are cached (the built-in kernels, the user-op kernels) and the
 #: activations user ops call; their jitops imports, transitively, make the kernels.
@@ -304,7 +305,7 @@ def enable(dispatcher) -> bool:
     Entries load without refreshing Numba's registries (:func:`_light_symbols` registers what
     the loaded code calls).
     """
-    if not _config.cache_enabled():
+    if not _config.cache_enabled() or not hooks.ok("numba_cache"):
         return False
     try:
         dispatcher._cache = _JitopsCache(dispatcher.py_func)

@@ -24,7 +24,7 @@ from numba.core.compiler_machinery import register_pass
 from numba.core.registry import CPUDispatcher
 from numba.core.typed_passes import NativeLowering
 
-from . import lifecycle
+from . import hooks, lifecycle
 
 #: Called only by compiled code: helpers, scalar-table functions, the tasks.
 INNER = {"nogil": True, "error_model": "numpy", "no_cpython_wrapper": True,
@@ -188,7 +188,7 @@ def _lowering_into(library_class, name: str):
         _name = name
 
         def run_pass(self, state):
-            if state.library is None:
+            if state.library is None and hooks.ok("codegen"):  # else Numba's own library
                 state.library = library_class(state.targetctx.codegen(),
                                               state.func_id.func_qualname)
                 state.library.enable_object_caching()  # cacheable, as Numba's own lowering

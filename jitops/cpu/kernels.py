@@ -33,8 +33,6 @@ dtype, and array rank, layout and writeability never multiply signatures: exactl
 
 from __future__ import annotations
 
-import ctypes
-import platform
 from types import FunctionType
 
 import numpy as np
@@ -45,7 +43,7 @@ from numba.extending import intrinsic, register_jitable
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from . import cache, parallel, pool, registries
+from . import cache, hooks, parallel, pool, registries
 from .jit import ENTRY, driver, inner
 from .spec import KernelSpecType, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
@@ -216,67 +214,14 @@ def odometer_step(typingctx, meta, nd, idx, oo, xo, yo):
     return sig, codegen
 
 
-def _verified_data_offset() -> int:
-    """Offset of ``PyArrayObject.data`` from the object's address, or -1 if not CPython's.
-
-    NumPy's ``PyArray_DATA`` reads the field right after ``PyObject_HEAD``; this checks that on
-    a few arrays (a view, a transpose, an offset slice) before the kernels rely on it.
-    """
-    if platform.python_implementation() != "CPython":
-        return -1
-    off = object.__basicsize__
-    base = np.arange(24.0).reshape(4, 6)
-    for a in (base, base.T, base[1:, 2:], np.empty(0), np.zeros((), np.int8)):
-        if ctypes.c_void_p.from_address(id(a) + off).value != a.__array_interface__["data"][0]:
-            return -1
-    return off
-
-
-def _verified_flags_offset() -> int:
-    """Offset of ``PyArrayObject.flags`` (an int after data, nd, dimensions, strides, base and
-    descr), or -1 where that layout is not verified on arrays whose flags differ."""
-    if DATA_OFFSET < 0:
-        return -1
-    off = DATA_OFFSET + 6 * 8
-    base = np.arange(24.0).reshape(4, 6)
-    ro = base[1:].view()
-    ro.flags.writeable = False
-    for a in (base, base.T, base[:, ::2], ro, np.empty(0), np.zeros((), np.int8)):
-        if ctypes.c_int.from_address(id(a) + off).value != a.flags.num:
-            return -1
-    return off
-
-
-def _verified_header_offsets() -> tuple[int, int, int, int, int] | None:
-    """Offsets of ``ob_type``, ``nd``, ``dimensions``, ``strides`` and ``descr`` in an ndarray
-    object (CPython's object head, then NumPy's ``PyArrayObject_fields`` after ``data``), or
-    None where that layout is not verified on arrays of several ranks, layouts and dtypes."""
-    if DATA_OFFSET < 0:
-        return None
-    word = ctypes.c_int64
-    offs = (DATA_OFFSET - 8, DATA_OFFSET + 8, DATA_OFFSET + 16, DATA_OFFSET + 24,
-            DATA_OFFSET + 40)
-    t, nd, dims, strides, descr = offs
-    base = np.arange(24.0).reshape(4, 6)
-    for a in (base, base.T, base[1:, ::2], np.zeros((), np.int8), np.empty((2, 0, 3), "c8"),
-              np.ones(5, ">i2")):
-        if ctypes.c_void_p.from_address(id(a) + t).value != id(type(a)) \
-                or ctypes.c_int.from_address(id(a) + nd).value != a.ndim \
-                or ctypes.c_void_p.from_address(id(a) + descr).value != id(a.dtype):
-            return None
-        if a.ndim:
-            pd = ctypes.c_void_p.from_address(id(a) + dims).value
-            ps = ctypes.c_void_p.from_address(id(a) + strides).value
-            if tuple((word * a.ndim).from_address(pd)) != a.shape \
-                    or tuple((word * a.ndim).from_address(ps)) != a.strides:
-                return None
-    return offs
-
-
 #: Set once; the meta arrays carry them, so compiled kernels never bake them in.
-DATA_OFFSET = _verified_data_offset()
-FLAGS_OFFSET = _verified_flags_offset()
-HEADER_OFFSETS = _verified_header_offsets()
+#: Offsets in an ndarray object the kernels read (jitops.cpu.hooks, ``ndarray_header``): the
+#: data pointer (-1: the caller resolves data addresses), the flags (-1: not read), and the
+#: type, rank, shape, strides and dtype words the memo's header checks compare (None: no memo).
+_HEADER = hooks.header_offsets() if hooks.ok("ndarray_header") else None
+DATA_OFFSET = _HEADER[0] if _HEADER else -1
+FLAGS_OFFSET = _HEADER[1] if _HEADER else -1
+HEADER_OFFSETS = _HEADER[2] if _HEADER else None
 #: NumPy's NPY_ARRAY_WRITEABLE flag bit.
 WRITEABLE = 0x0400
 

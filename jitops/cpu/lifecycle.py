@@ -33,6 +33,8 @@ from collections.abc import Callable
 
 from numba.core.compiler_lock import global_compiler_lock
 
+from . import hooks
+
 _CHILD_HOOKS: list[Callable[[], None]] = []
 _pid = [os.getpid()]  # the pid the hooks last saw
 
@@ -63,23 +65,15 @@ def check_pid() -> bool:
 
 
 def _rlock():
-    """The reentrant lock inside Numba's compiler lock, where it is one (Numba 0.62-0.68:
-    ``_CompilerLock._lock``), else None (then the public object is used as it is)."""
-    lock = getattr(global_compiler_lock, "_lock", None)
-    return lock if hasattr(lock, "acquire") and hasattr(lock, "_is_owned") else None
+    """The reentrant lock inside Numba's compiler lock, or None (the ``compiler_lock`` hook
+    off: then the public object is used as it is)."""
+    return hooks.compiler_rlock()
 
 
 def _llvm_lock_holder():
-    """llvmlite's lock around every call into LLVM (``ffi.lib._lock``, whose ``_lock`` is the
-    RLock; llvmlite 0.45-0.48), or None. Any thread may hold it briefly (an LLVM object's
-    ``__del__`` disposes of it under the lock), compiling or not."""
-    try:
-        from llvmlite.binding import ffi
-    except ImportError:
-        return None
-    holder = getattr(ffi.lib, "_lock", None)
-    lock = getattr(holder, "_lock", None)
-    return holder if hasattr(lock, "acquire") and hasattr(lock, "_is_owned") else None
+    """llvmlite's lock object (its ``_lock`` the RLock taken around every call into LLVM;
+    any thread may hold it briefly), or None (the ``llvm_lock`` hook off)."""
+    return hooks.llvm_lock_holder()
 
 
 #: (object, attribute) of each lock a fork must not split: Numba's compiler lock, then

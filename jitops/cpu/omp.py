@@ -47,7 +47,7 @@ import threading
 import time
 
 from ..core.config import env_flag
-from . import pool
+from . import hooks, pool
 
 #: Seconds between looks for a thread of PyTorch's team, while none has been seen.
 RECHECK_S = 0.25
@@ -186,7 +186,7 @@ def team() -> int:
         return 0
     if _ready and pool.current_pid() == _IMPORT_PID:
         return _ready
-    if not _ENABLED or "torch" not in sys.modules or _forked():
+    if not _ENABLED or "torch" not in sys.modules or _forked() or not hooks.ok("gomp_team"):
         return 0
     fn = _state["fn"]
     if fn is None:

@@ -63,7 +63,7 @@ import numba
 import numpy as np
 from numba import types
 
-from . import lifecycle, omp, pool
+from . import hooks, lifecycle, omp, pool
 
 _I64 = types.int64
 
@@ -126,7 +126,10 @@ def _load_tbb() -> bool:
 
 def openmp_runtimes() -> list[str]:
     """Paths of the OpenMP runtimes (GNU ``libgomp``, Intel ``libiomp5``, LLVM ``libomp``)
-    mapped into this process, read from ``/proc/self/maps`` (empty where that is unreadable)."""
+    mapped into this process, read from ``/proc/self/maps``; where that cannot be read (the
+    ``proc`` hook off), one entry that says so: a runtime may be there."""
+    if not hooks.ok("proc"):
+        return ["(unknown: /proc/self/maps not read)"]
     found = []
     try:
         with open("/proc/self/maps") as f:

@@ -47,7 +47,6 @@ import contextlib
 import ctypes
 import os
 import platform
-import sys
 import threading
 import time
 import warnings
@@ -60,7 +59,7 @@ from numba.core import cgutils
 from numba.extending import intrinsic
 
 from ..core.config import env_flag, env_int
-from . import cache, lifecycle, registries
+from . import cache, hooks, lifecycle, registries
 from .jit import ENTRY, inner
 
 _I64 = types.int64
@@ -140,8 +139,7 @@ OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
 OMP_BACKOFF_MAX_JOBS = env_int("JITOPS_OMP_BACKOFF_MAX", 8192)
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
-_FUTEX_NR, _YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
-                        "s390x": (238, 158)}.get(platform.machine(), (None, None))
+_FUTEX_NR, _YIELD_NR = hooks.FUTEX_NR, hooks.YIELD_NR
 
 # -- atomics and the futex, as intrinsics ---------------------------------------------------------
 
@@ -658,17 +656,7 @@ def omp_entry_address() -> int:
 # -- the Python side ----------------------------------------------------------------------------
 
 
-def _libc_syscall() -> int:
-    """Address of libc's ``syscall``, or 0 where there is none to use."""
-    if not sys.platform.startswith("linux") or _FUTEX_NR is None or sys.byteorder != "little":
-        return 0
-    try:
-        return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0
-    except (OSError, AttributeError):
-        return 0
-
-
-_SYSCALL = _libc_syscall()
+_SYSCALL = hooks.libc_syscall()  # 0 where the futex_pool hook is off
 
 #: Whether this platform runs the pool (Linux futexes); elsewhere Numba's layer is used.
 AVAILABLE = env_flag("JITOPS_POOL", True) and bool(_SYSCALL)

@@ -30,7 +30,7 @@ import threading
 import numpy as np
 
 from ..core import config
-from . import lifecycle
+from . import hooks, lifecycle
 
 _get_ident = threading.get_ident
 
@@ -55,10 +55,7 @@ def _counts(buffers: list) -> list[int]:
 def _baseline() -> int | None:
     """The count of a buffer held by nothing but the list it is in, or None where counts
     cannot tell (then recycling is off)."""
-    if not hasattr(sys, "getrefcount"):
-        return None
-    gil = getattr(sys, "_is_gil_enabled", None)
-    if gil is not None and not gil():  # free-threaded: counts are deferred and biased
+    if not hooks.ok("refcounts"):  # (exact counts: checked there)
         return None
     probe = [np.empty(0, np.uint8)]
     alone = _counts(probe)[0]

@@ -31,7 +31,7 @@ from numba.core import event
 from numba.core.registry import cpu_target
 
 from ..core.config import env_flag
-from . import lifecycle
+from . import hooks, lifecycle
 from .jit import LazyLibrary
 
 #: Compiles retried under Numba's full refresh (see the module text).
@@ -86,10 +86,11 @@ def light():
             yield
             return
         target, typing = cpu_target.target_context, cpu_target.typing_context
-        target.load_additional_registries = MethodType(_light_target, target)
-        typing.load_additional_registries = MethodType(_light_typing, typing)
-        cg = target.codegen()
-        cg._library_class = LazyLibrary  # machine code only where asked for (jitops.cpu.jit)
+        if hooks.ok("registries"):
+            target.load_additional_registries = MethodType(_light_target, target)
+            typing.load_additional_registries = MethodType(_light_typing, typing)
+        if hooks.ok("codegen"):  # machine code only where asked for (jitops.cpu.jit)
+            target.codegen()._library_class = LazyLibrary
         _active = True
         try:
             yield

@@ -1,0 +1,330 @@
+"""Every private or undocumented interface jitops relies on, fenced in one place.
+
+Each hook below is checked once per process, on first use, for being there and behaving as
+jitops expects; where it is not (another Numba, another PyTorch, another platform), or where
+``JITOPS_DISABLE_HOOKS`` names it (a comma-separated list, or ``all``; the tests force each
+one off this way), jitops takes the public path beside it, warns once, and stays correct.
+Verified on CPython 3.10-3.13, Numba 0.62.1-0.68.1 (llvmlite 0.45-0.50), NumPy 2.0-2.4,
+PyTorch 2.13 (CPU wheel), x86-64 Linux.
+
+====================  ==========================================  =================================
+hook                  relies on, and what it buys (measured)      without it
+====================  ==========================================  =================================
+``codegen``           Numba's ``JITCodeLibrary``/``CPUCodegen``    Numba's own libraries: every
+                      internals (``_optimize_final_module``,       library optimised and turned
+                      ``_function_pass_manager``, ...): machine     into machine code as Numba does
+                      code only where asked for, drivers at
+                      ``-O1``, thin wrappers linked as they are.
+                      0.3 s of the first call on an empty cache
+                      (0.08 + 0.2), 0.15 s of a new user op
+``registries``        the CPU target's registry refresh           Numba's full refresh
+                      (``load_additional_registries``) replaced
+                      while jitops compiles: 0.3-0.6 s of the
+                      first call on an empty cache
+``compiler_lock``     the RLock inside Numba's compiler lock      Numba's lock object: a compile
+                      (``_CompilerLock._lock``): a C-level          entered through its Python
+                      ``with`` (an interrupt can leave it held     methods, no fork protection
+                      otherwise), taken around ``os.fork``
+``llvm_lock``         llvmlite's LLVM lock (``ffi.lib._lock``),    no fork protection for it
+                      taken around ``os.fork``: 10 of 10
+                      children of a fork during compiles hung
+``futex_pool``        libc's ``syscall`` and Linux futexes: the    Numba's threading layer (TBB
+                      pool. A 1e6 subtract after 2 ms idle:        first, as Numba chooses)
+                      169 us (OpenMP), 257 us (TBB), ~150 us
+``gomp_team``         GNU OpenMP's ``GOMP_parallel`` in PyTorch's  jobs on the pool's own workers
+                      ``libgomp``, found through ``/proc``: a
+                      1e6 subtract beside PyTorch 1.5-1.9x its
+                      time alone on the pool, within 1.15x on the
+                      team
+``proc``              ``/proc/self/maps`` and ``/proc/self/task``  OpenMP runtimes unknown: on
+                      (OpenMP runtimes loaded, team threads)       Numba's ``omp`` layer, serial
+``refcounts``         ``sys.getrefcount`` exact for a buffer       no recycling: new pages for
+                      (recycled result buffers): 4.5 ms of a       every large result
+                      1e7 float32 subtract's 8 ms
+``ndarray_header``    CPython's and NumPy's ``PyArrayObject``      data addresses resolved in
+                      layout (data, flags, shape, strides,         Python; repeats planned anew
+                      dtype read by the kernels): the fast path's  (no memo)
+                      repeat, 8 float64 ``out=`` 0.65 against
+                      8.6 us a call
+``numba_cache``       Numba's cache classes (``_CacheLocator``,    no disk cache: every process
+                      ``IndexDataCacheFile``, ...): a cached       compiles (0.3-0.6 s a
+                      first call 0.026 s against 0.4 s compiled    signature)
+====================  ==========================================  =================================
+
+Never more than this module and the modules that ask it (``ok(name)``) touch these
+interfaces; a test reads the table above and forces each hook off in turn
+(tests/test_hooks.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import warnings
+from collections.abc import Callable
+
+#: Why each hook is off (None: on), once looked at.
+_STATE: dict[str, str | None] = {}
+_CHECKS: dict[str, tuple[Callable[[], bool], str]] = {}
+
+
+def _disabled() -> set[str]:
+    names = {n.strip() for n in os.environ.get("JITOPS_DISABLE_HOOKS", "").split(",")}
+    return {n for n in names if n}
+
+
+def _hook(name: str, fallback: str):
+    def register(check: Callable[[], bool]) -> Callable[[], bool]:
+        _CHECKS[name] = (check, fallback)
+        return check
+    return register
+
+
+def ok(name: str) -> bool:
+    """Whether hook ``name`` is usable in this process (checked once; a failed check warns
+    once, naming the hook and the public path taken instead)."""
+    if name in _STATE:
+        return _STATE[name] is None
+    check, fallback = _CHECKS[name]
+    off = _disabled()
+    if name in off or "all" in off:
+        why = "turned off by JITOPS_DISABLE_HOOKS"
+    else:
+        try:
+            why = None if check() else "not as jitops expects here"
+        except Exception as e:  # a missing attribute, a changed signature, no /proc ...
+            why = f"{type(e).__name__}: {e}"
+    _STATE[name] = why
+    if why is not None:
+        warnings.warn(f"jitops: {name} is unavailable ({why}); using {fallback} instead "
+                      f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=3)
+    return why is None
+
+
+def status() -> dict[str, str | None]:
+    """Every hook: None where it is used, else why not (checks the ones not yet looked at)."""
+    for name in _CHECKS:
+        ok(name)
+    return dict(_STATE)
+
+
+def names() -> list[str]:
+    return list(_CHECKS)
+
+
+# -- the checks ----------------------------------------------------------------------------------
+
+
+@_hook("codegen", "Numba's own code libraries")
+def _check_codegen() -> bool:
+    import inspect
+
+    from numba.core import codegen
+
+    lib, cg = codegen.JITCodeLibrary, codegen.JITCPUCodegen
+    for attr in ("_optimize_final_module", "_optimize_functions", "_finalize_final_module",
+                 "_finalize_dynamic_globals", "_verify_declare_only_symbols",
+                 "_finalize_specific", "_ensure_finalized", "get_pointer_to_function",
+                 "serialize_using_object_code", "enable_object_caching", "finalize"):
+        if not callable(getattr(lib, attr, None)):
+            return False
+    for attr in ("_add_module", "set_env", "_function_pass_manager"):
+        if not callable(getattr(cg, attr, None)):
+            return False
+    inspect.signature(cg._function_pass_manager).bind(None, opt=1, loop_vectorize=False,
+                                                      slp_vectorize=False)
+    inspect.signature(lib._finalize_final_module).bind(None)
+    return True
+
+
+@_hook("registries", "Numba's full registry refresh")
+def _check_registries() -> bool:
+    from numba.core.registry import cpu_target
+
+    target, typing = cpu_target.target_context, cpu_target.typing_context
+    return (callable(getattr(target, "load_additional_registries", None))
+            and callable(getattr(typing, "load_additional_registries", None))
+            and callable(getattr(target, "install_registry", None))
+            and hasattr(type(target.codegen()), "_library_class"))
+
+
+def compiler_rlock():
+    """The RLock inside Numba's compiler lock, or None where the hook is off."""
+    if not ok("compiler_lock"):
+        return None
+    from numba.core.compiler_lock import global_compiler_lock
+
+    return global_compiler_lock._lock
+
+
+@_hook("compiler_lock", "Numba's compiler lock object as it is")
+def _check_compiler_lock() -> bool:
+    from numba.core.compiler_lock import global_compiler_lock
+
+    lock = getattr(global_compiler_lock, "_lock", None)
+    if not (hasattr(lock, "acquire") and hasattr(lock, "_is_owned")):
+        return False
+    with global_compiler_lock:  # the public object takes exactly this lock
+        return lock._is_owned()
+
+
+def llvm_lock_holder():
+    """llvmlite's lock object (its ``_lock`` the RLock), or None where the hook is off."""
+    if not ok("llvm_lock"):
+        return None
+    from llvmlite.binding import ffi
+
+    return ffi.lib._lock
+
+
+@_hook("llvm_lock", "no lock taken around a fork for llvmlite")
+def _check_llvm_lock() -> bool:
+    from llvmlite.binding import ffi
+
+    holder = getattr(ffi.lib, "_lock", None)
+    lock = getattr(holder, "_lock", None)
+    if not (hasattr(lock, "acquire") and hasattr(lock, "_is_owned")):
+        return False
+    with holder:
+        return lock._is_owned()
+
+
+FUTEX_NR, YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
+                      "s390x": (238, 158)}.get(platform.machine(), (None, None))
+
+
+def libc_syscall() -> int:
+    """Address of libc's ``syscall`` for the pool, or 0 where the hook is off."""
+    if not ok("futex_pool"):
+        return 0
+    return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0
+
+
+@_hook("futex_pool", "Numba's threading layer")
+def _check_futex_pool() -> bool:
+    return (sys.platform.startswith("linux") and FUTEX_NR is not None
+            and sys.byteorder == "little"
+            and bool(ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value))
+
+
+@_hook("gomp_team", "the pool's own workers beside PyTorch")
+def _check_gomp_team() -> bool:
+    return (sys.platform.startswith("linux")
+            and platform.machine().lower() in ("x86_64", "amd64")
+            and ok("futex_pool") and ok("proc"))
+
+
+@_hook("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
+               "layer)")
+def _check_proc() -> bool:
+    with open("/proc/self/maps") as f:
+        f.readline()
+    os.listdir("/proc/self/task")
+    return True
+
+
+@_hook("refcounts", "new memory for every large result")
+def _check_refcounts() -> bool:
+    if not hasattr(sys, "getrefcount"):
+        return False
+    gil = getattr(sys, "_is_gil_enabled", None)
+    if gil is not None and not gil():  # free-threaded: counts are deferred and biased
+        return False
+    import numpy as np
+
+    probe = [np.empty(0, np.uint8)]
+    alone = sys.getrefcount(probe[0])
+    held = probe[0]
+    exact = sys.getrefcount(probe[0]) == alone + 1
+    del held
+    return exact and sys.getrefcount(probe[0]) == alone
+
+
+@_hook("ndarray_header", "data addresses read in Python, and no memo of repeated calls")
+def _check_ndarray_header() -> bool:
+    return header_offsets() is not None
+
+
+def _data_offset() -> int:
+    """Offset of ``PyArrayObject.data`` from the object's address, or -1 if not CPython's
+    (checked on a view, a transpose, an offset slice, empty and 0-d arrays)."""
+    import numpy as np
+
+    if platform.python_implementation() != "CPython":
+        return -1
+    off = object.__basicsize__
+    base = np.arange(24.0).reshape(4, 6)
+    for a in (base, base.T, base[1:, 2:], np.empty(0), np.zeros((), np.int8)):
+        if ctypes.c_void_p.from_address(id(a) + off).value != a.__array_interface__["data"][0]:
+            return -1
+    return off
+
+
+def _flags_offset(data: int) -> int:
+    """Offset of ``PyArrayObject.flags`` (an int after data, nd, dimensions, strides, base and
+    descr), or -1 where that layout is not verified on arrays whose flags differ."""
+    import numpy as np
+
+    off = data + 6 * 8
+    base = np.arange(24.0).reshape(4, 6)
+    ro = base[1:].view()
+    ro.flags.writeable = False
+    for a in (base, base.T, base[:, ::2], ro, np.empty(0), np.zeros((), np.int8)):
+        if ctypes.c_int.from_address(id(a) + off).value != a.flags.num:
+            return -1
+    return off
+
+
+def _type_shape_descr(data: int) -> tuple[int, int, int, int, int] | None:
+    """Offsets of ``ob_type``, ``nd``, ``dimensions``, ``strides`` and ``descr``, or None where
+    that layout is not verified on arrays of several ranks, layouts and dtypes."""
+    import numpy as np
+
+    word = ctypes.c_int64
+    offs = (data - 8, data + 8, data + 16, data + 24, data + 40)
+    t, nd, dims, strides, descr = offs
+    base = np.arange(24.0).reshape(4, 6)
+    for a in (base, base.T, base[1:, ::2], np.zeros((), np.int8), np.empty((2, 0, 3), "c8"),
+              np.ones(5, ">i2")):
+        if ctypes.c_void_p.from_address(id(a) + t).value != id(type(a)) \
+                or ctypes.c_int.from_address(id(a) + nd).value != a.ndim \
+                or ctypes.c_void_p.from_address(id(a) + descr).value != id(a.dtype):
+            return None
+        if a.ndim:
+            pd = ctypes.c_void_p.from_address(id(a) + dims).value
+            ps = ctypes.c_void_p.from_address(id(a) + strides).value
+            if tuple((word * a.ndim).from_address(pd)) != a.shape \
+                    or tuple((word * a.ndim).from_address(ps)) != a.strides:
+                return None
+    return offs
+
+
+_HEADER: list = []
+
+
+def header_offsets() -> tuple[int, int, tuple[int, int, int, int, int]] | None:
+    """(data, flags, (type, nd, dims, strides, descr)) offsets in an ndarray object, all
+    verified, or None (unverified, or the hook turned off)."""
+    if not _HEADER:
+        data = _data_offset()
+        flags = _flags_offset(data) if data >= 0 else -1
+        rest = _type_shape_descr(data) if flags >= 0 else None
+        _HEADER.append(None if rest is None else (data, flags, rest))
+    return _HEADER[0]
+
+
+@_hook("numba_cache", "no disk cache (every process compiles)")
+def _check_numba_cache() -> bool:
+    from numba.core import caching
+
+    for name in ("_CacheLocator", "CompileResultCacheImpl", "IndexDataCacheFile",
+                 "FunctionCache"):
+        if not isinstance(getattr(caching, name, None), type):
+            return False
+    return (all(callable(getattr(caching.IndexDataCacheFile, m, None))
+                for m in ("save", "load", "_load_index", "_load_data", "_dump", "_data_path"))
+            and all(callable(getattr(caching.FunctionCache, m, None))
+                    for m in ("load_overload", "save_overload", "_load_overload",
+                              "_guard_against_spurious_io_errors")))

@@ -1,0 +1,64 @@
+"""The private interfaces jitops relies on (jitops.cpu.hooks): all in use here, each listed in
+the module's table, and each one forced off in turn leaves every answer NumPy's."""
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from jitops.cpu import hooks
+
+
+def test_every_hook_is_in_the_table_and_in_use_here():
+    listed = re.findall(r"^``(\w+)`` {2,}", hooks.__doc__, re.M)  # the table's rows
+    assert listed == hooks.names()
+    if sys.platform.startswith("linux") and os.environ.get("JITOPS_DISABLE_HOOKS") is None:
+        assert hooks.status() == {name: None for name in hooks.names()}
+
+
+_CHECK = """
+    import warnings
+    warnings.simplefilter("always")
+    import numpy as np, jitops
+    from jitops.cpu import hooks
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((2000, 500)).astype(np.float32)
+    Y = rng.standard_normal(500).astype(np.float32)
+    T = rng.standard_normal((700, 600)).astype(np.float32)
+    big = rng.standard_normal(5 * 10**6)
+    fused = jitops.elementwise(lambda a, b, c: a * b + c)
+    for _ in range(3):  # first calls, then repeats (the fast path)
+        assert np.array_equal(jitops.subtract(X, Y), X - Y)
+        assert np.array_equal(jitops.subtract(X[:4], Y), X[:4] - Y)
+        assert np.array_equal(jitops.elementwise_add(X, Y[:2000 // 4].repeat(4)[:2000], axis=0),
+                              X + Y[:2000 // 4].repeat(4)[:2000, None])
+        assert np.array_equal(jitops.subtract(T.T, T.T.copy()), np.zeros_like(T.T))
+        assert np.array_equal(jitops.subtract(X, Y, act="relu"), np.maximum(X - Y, 0))
+        assert np.array_equal(jitops.add(big, 1.0), big + 1.0)
+        out = np.empty_like(X)
+        jitops.multiply(X, Y, out=out)
+        assert np.array_equal(out, X * Y)
+        assert np.array_equal(fused(X, Y, Y), X * Y + Y)
+        assert np.array_equal(fused(X[:3], Y, Y), X[:3] * Y + Y)
+        i = np.arange(-50, 50, dtype=np.int16)
+        assert np.array_equal(jitops.maximum(i, np.int16(7)), np.maximum(i, np.int16(7)))
+        h = X[:10].astype(np.float16)
+        assert np.array_equal(jitops.divide(h, h + 1), h / (h + 1))
+    print(hooks.status()[NAME])
+"""
+
+
+@pytest.mark.parametrize("name", hooks.names())
+def test_each_hook_forced_off_still_gives_numpys_answers(name, tmp_path):
+    """JITOPS_DISABLE_HOOKS=<name>: the public path beside the hook, one warning that names
+    it, and the same answers (a cache of its own: kernels compiled on that path)."""
+    code = f"NAME = {name!r}\n" + textwrap.dedent(_CHECK)
+    env = dict(os.environ, JITOPS_DISABLE_HOOKS=name, JITOPS_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=600, env=env)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "turned off by JITOPS_DISABLE_HOOKS"
+    assert res.stderr.count(f"jitops: {name} is unavailable") == 1, res.stderr[-2000:]
