@@ -14,8 +14,12 @@ import pytest
 # What every interrupt scenario checks once the interrupts stop: the answers are NumPy's, the
 # pool is free and parallel calls run on it again (a job is published), and exit is quick.
 _AFTER = """
+    stopping[0] = True  # a handler still pending must not re-arm the timer
     signal.setitimer(signal.ITIMER_REAL, 0, 0)
-    signal.signal(SIG, signal.SIG_DFL)
+    time.sleep(0.01)
+    signal.setitimer(signal.ITIMER_REAL, 0, 0)
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    signal.signal(SIG, signal.SIG_IGN)
     from jitops.cpu import pool
     X = np.random.default_rng(1).standard_normal((2000, 500))
     Y = np.random.default_rng(2).standard_normal(500)
@@ -40,9 +44,10 @@ _INTERRUPTS = """
     if MODE == "torch":
         import torch
         torch.ones(1000) + 1  # PyTorch's OpenMP team runs the main thread's jobs
-    armed = [False]
+    armed, stopping = [False], [False]
     def handler(signum, frame):
-        signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2, 0.15)))
+        if not stopping[0]:
+            signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2, 0.15)))
         if armed[0]:
             armed[0] = False
             raise EXC
@@ -54,8 +59,9 @@ _INTERRUPTS = """
                 raise SystemExit(1)
         signal.signal(SIG, term)
         def handler(signum, frame):  # noqa: F811
-            signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2)))
-            os.kill(os.getpid(), SIG)
+            if not stopping[0]:
+                signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2)))
+                os.kill(os.getpid(), SIG)
         signal.signal(signal.SIGALRM, handler)
     X = np.random.default_rng(1).standard_normal((2000, 500))
     Y = np.random.default_rng(2).standard_normal(500)
@@ -114,6 +120,9 @@ def test_thousands_of_interrupts_leave_nothing_taken(mode, target, tmp_path):
     res, took = _run(_INTERRUPTS, mode, target, "SIGALRM", 7, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "caught" in res.stdout, res.stdout
+    if mode == "compile":  # cache writes interrupted leave no temporary file behind
+        left = [p.name for p in (tmp_path / "cache").rglob("*") if "tmp" in p.name]
+        assert left == [], left
 
 
 def test_interrupts_on_numbas_layer(tmp_path):

@@ -115,11 +115,13 @@ def memoized_stamp(name: str, extra: str, kernel_modules: tuple[str, ...]) -> st
         with open(tmp, "w", encoding="ascii") as f:
             f.write(f"{key} {v}\n")
         os.replace(tmp, path)  # readers see the old memo or the new one, never half of one
-    except OSError:  # read-only or full: the stamp is right, only not remembered
+    except BaseException as e:  # read-only, full, or an interrupt: no temporary file left
         try:
             os.unlink(tmp)
         except OSError:
             pass
+        if not isinstance(e, OSError):
+            raise
     return v
 
 
