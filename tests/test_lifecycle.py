@@ -70,6 +70,7 @@ _INTERRUPTS = """
     ops = ("add", "subtract", "multiply", "maximum", "fmin", "divide")
     dtypes = (np.float32, np.float64, np.int32, np.int16, np.uint8, np.int64, np.float16)
     warm = {d: (X.astype(d), Y.astype(d)) for d in dtypes}
+    QUIET = open(os.devnull, "w")
     caught = done = 0
     signal.setitimer(signal.ITIMER_REAL, 0.001)
     t0 = time.monotonic()
@@ -89,6 +90,10 @@ _INTERRUPTS = """
             elif MODE == "compile":  # new signatures, empty cache: compiles interrupted
                 a, b = warm[dtypes[i % len(dtypes)]]
                 r = getattr(jitops, ops[(i // len(dtypes)) % len(ops)])(a, b)
+            elif MODE == "warmup":  # the kernel cache filled ahead, a new dtype each time
+                from jitops import warmup
+                warmup.run(ops=(ops[i % len(ops)],), stream=QUIET,
+                           dtypes=(("float32", "float64", "int16", "int64", "uint8")[i % 5],))
             elif MODE == "out":
                 out = np.empty_like(X)
                 r = jitops.subtract(X, Y, out=out)
@@ -110,24 +115,27 @@ def _run(code, *args, env=None, timeout=300):
 
 @pytest.mark.parametrize("mode, target", [
     ("pooled", 2000), ("serial", 1000), ("tiled", 800), ("user", 600), ("out", 1000),
-    ("compile", 150),
+    ("compile", 150), ("warmup", 100),
 ])
 def test_thousands_of_interrupts_leave_nothing_taken(mode, target, tmp_path):
     """KeyboardInterrupt from a signal handler at random moments of every kind of launch
     and of first compiles on an empty cache: afterwards the answers are right, the pool is
     free and parallel again, and the process exits at once."""
-    env = {"JITOPS_CACHE_DIR": str(tmp_path / "cache")} if mode == "compile" else {}
+    fresh = mode in ("compile", "warmup")
+    env = {"JITOPS_CACHE_DIR": str(tmp_path / "cache")} if fresh else {}
     res, took = _run(_INTERRUPTS, mode, target, "SIGALRM", 7, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
     assert "caught" in res.stdout, res.stdout
-    if mode == "compile":  # cache writes interrupted leave no temporary file behind
+    if fresh:  # cache writes interrupted leave no temporary file behind
         left = [p.name for p in (tmp_path / "cache").rglob("*") if "tmp" in p.name]
         assert left == [], left
 
 
-def test_interrupts_on_numbas_layer(tmp_path):
-    """The same on Numba's workqueue layer (one launch at a time, a guard of jitops')."""
-    env = {"JITOPS_POOL": "0", "NUMBA_THREADING_LAYER": "workqueue"}
+@pytest.mark.parametrize("layer", ["workqueue", "tbb", "omp"])
+def test_interrupts_on_numbas_layers(layer):
+    """The same on Numba's threading layers (workqueue: one launch at a time, a guard of
+    jitops')."""
+    env = {"JITOPS_POOL": "0", "NUMBA_THREADING_LAYER": layer}
     res, _ = _run(_INTERRUPTS, "pooled", 500, "SIGALRM", 8, env=env)
     assert res.returncode == 0, res.stderr[-3000:]
 
@@ -361,7 +369,7 @@ _NESTED = """
 
 
 @pytest.mark.parametrize("kind", ["signal", "del"])
-@pytest.mark.parametrize("layer", ["jitops", "workqueue"])
+@pytest.mark.parametrize("layer", ["jitops", "workqueue", "tbb", "omp"])
 def test_calls_nested_in_a_call_never_wait_for_it(kind, layer):
     """A signal handler and a ``__del__`` (a reference cycle collected mid-call) that call
     jitops -- large results, a ``threads()`` block, small calls -- while the same thread is
