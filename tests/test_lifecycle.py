@@ -28,9 +28,9 @@ _AFTER = """
     p = pool._pool
     if pool.AVAILABLE and jitops.get_num_threads() > 1:
         assert p is not None and not p.busy, "the pool was left taken"
-        seq = pool.word(p.ctl, pool.C_SEQ)
+        gen = pool.word(p.ctl, pool.C_INFO) >> 32  # the job generation (pool or team)
         jitops.subtract(X, Y)
-        assert pool.word(p.ctl, pool.C_SEQ) != seq, "a parallel call ran serially"
+        assert pool.word(p.ctl, pool.C_INFO) >> 32 != gen, "a parallel call ran serially"
         assert all(t.is_alive() for t in p.threads)
     print("caught", caught, "done", done)
 """
@@ -41,13 +41,14 @@ _INTERRUPTS = """
     MODE, TARGET, SIG = sys.argv[1], int(sys.argv[2]), getattr(signal, sys.argv[3])
     EXC = KeyboardInterrupt if SIG == signal.SIGALRM else SystemExit
     rng = random.Random(int(sys.argv[4]))
+    DELAYS, WEIGHTS = (1e-4, 5e-4, 2e-3, 2e-2, 0.15), (30, 30, 30, 8, 2)
     if MODE == "torch":
         import torch
         torch.ones(1000) + 1  # PyTorch's OpenMP team runs the main thread's jobs
     armed, stopping = [False], [False]
     def handler(signum, frame):
-        if not stopping[0]:
-            signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2, 0.15)))
+        if not stopping[0]:  # mostly short, now and then long enough to land in a compile
+            signal.setitimer(signal.ITIMER_REAL, rng.choices(DELAYS, WEIGHTS)[0])
         if armed[0]:
             armed[0] = False
             raise EXC
@@ -60,7 +61,7 @@ _INTERRUPTS = """
         signal.signal(SIG, term)
         def handler(signum, frame):  # noqa: F811
             if not stopping[0]:
-                signal.setitimer(signal.ITIMER_REAL, rng.choice((1e-4, 5e-4, 2e-3, 2e-2)))
+                signal.setitimer(signal.ITIMER_REAL, rng.choices(DELAYS[:4], WEIGHTS[:4])[0])
                 os.kill(os.getpid(), SIG)
         signal.signal(signal.SIGALRM, handler)
     X = np.random.default_rng(1).standard_normal((2000, 500))
@@ -75,7 +76,7 @@ _INTERRUPTS = """
     signal.setitimer(signal.ITIMER_REAL, 0.001)
     t0 = time.monotonic()
     i = 0
-    while caught < TARGET and time.monotonic() - t0 < 90:
+    while caught < TARGET and time.monotonic() - t0 < 240:
         i += 1
         try:
             armed[0] = True
