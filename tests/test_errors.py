@@ -90,3 +90,79 @@ def test_a_blank_tunable_means_its_default():
     p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 0 and "[2. 2. 2.]" in p.stdout, p.stderr[-1500:]
+
+
+# -- objects with a protocol of their own: refused, never computed on their bare values ------
+
+
+class _Labelled:
+    """The smallest type that decides ufuncs itself (as pandas and xarray objects do)."""
+
+    def __init__(self, values):
+        self.values = np.asarray(values)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.values
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return NotImplemented
+
+
+class _OptsOut:
+    __array_ufunc__ = None
+
+    def __array__(self, dtype=None, copy=None):
+        return np.ones(3)
+
+
+class _UnitArray(np.ndarray):
+    """An ndarray subclass with its own __array_ufunc__ (astropy's Quantity is one)."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return NotImplemented
+
+
+@pytest.mark.parametrize("make", [lambda: _Labelled([1.0, 2.0, 3.0]),
+                                  lambda: np.arange(3.0).view(_UnitArray)])
+@pytest.mark.parametrize("where", ["x", "y", "user"])
+def test_an_object_with_its_own_ufunc_protocol_is_refused_by_name(make, where):
+    obj, plain = make(), np.arange(3.0)
+    with pytest.raises(TypeError, match=rf"{type(obj).__qualname__}, which defines its own "
+                                        r"__array_ufunc__"):
+        if where == "x":
+            jitops.subtract(obj, plain)
+        elif where == "y":
+            jitops.subtract(plain, obj)
+        else:
+            jitops.elementwise(lambda a, b: a - b)(plain, obj)
+
+
+def test_an_object_that_opts_out_of_ufuncs_gets_numpys_error():
+    with pytest.raises(TypeError) as ours:
+        jitops.add(_OptsOut(), 1.0)
+    with pytest.raises(TypeError) as numpys:
+        np.add(_OptsOut(), 1.0)
+    assert str(ours.value) == str(numpys.value)
+
+
+def test_paddle_tensors_of_raw_bit_dtypes_are_refused_not_computed_on_their_bits():
+    """Paddle's tensors opt out of ufuncs and hand bfloat16/float8 over as raw bits through
+    __array__: a stand-in with Paddle's module, opt-out and dtype names."""
+    stand_in = type("Tensor", (), {"__module__": "paddle", "__array_ufunc__": None,
+                                   "__array__": lambda self, dtype=None, copy=None: self.bits})
+    for dt, bits in (("paddle.bfloat16", np.array([16256, 0], np.uint16)),
+                     ("paddle.float8_e4m3fn", np.array([56, 0], np.int8))):
+        t = stand_in()
+        t.dtype, t.bits = dt, bits
+        with pytest.raises(TypeError, match=dt.split(".")[1] + ".*raw bits"):
+            jitops.subtract(t, t)
+    t = stand_in()
+    t.dtype, t.bits = "paddle.float32", np.array([1.5, 2.0], np.float32)
+    np.testing.assert_array_equal(jitops.subtract(t, 1.0), np.array([0.5, 1.0], np.float32))
+
+
+def test_a_dtype_of_its_own_is_named():
+    ml_dtypes = pytest.importorskip("ml_dtypes", reason="pip install ml_dtypes (JAX brings it)")
+    x = np.ones(3, ml_dtypes.bfloat16)
+    with pytest.raises(TypeError, match=r"dtype bfloat16 \(ml_dtypes\)"):
+        jitops.add(x, x)

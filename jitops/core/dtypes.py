@@ -56,7 +56,12 @@ def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
         swapped = dt.kind in "biufc" and dt.byteorder not in "=|"
         if swapped and dt.newbyteorder("=") in _SUPPORTED_SET:
             return  # non-native byte order: converted by the caller
-        label = f"{kind} dtype {dt}" if kind else f"dtype {dt}"
+        if dt.kind == "V" and dt.names is None and dt.type is not np.void:
+            # a dtype of its own (ml_dtypes' bfloat16, float8, int4: JAX's), named as such
+            kind = f"{dt.type.__module__.split('.')[0]}"
+            label = f"dtype {dt.name} ({kind})"
+        else:
+            label = f"{kind} dtype {dt}" if kind else f"dtype {dt}"
         raise TypeError(
             f"jitops.{fname}: {what} has unsupported {label}; supported dtypes are bool, "
             "int8-64, uint8-64, float16/32/64 and complex64/128"

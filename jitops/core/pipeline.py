@@ -143,11 +143,51 @@ def refuse_masked(v: object, name: str, fname: str) -> None:
                         f"{name}.data explicitly")
 
 
+_ABSENT = object()
+_NDARRAY_UFUNC = np.ndarray.__array_ufunc__
+#: Paddle's dtypes whose ``__array__`` hands over raw bits (bfloat16 as uint16, float8 as int8).
+_PADDLE_BITS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def refuse_foreign(v: object, name: str, fname: str) -> None:
+    """An object that takes part in NumPy's ufunc protocol itself is never silently computed
+    on its bare values (TypeError, before anything is written).
+
+    * ``__array_ufunc__ = None``: the object opts out of ufuncs; NumPy's own TypeError, with
+      NumPy's wording -- except Paddle's tensors (whose values jitops reads through
+      ``__array__``), bar the dtypes Paddle hands over as raw bits;
+    * its own ``__array_ufunc__`` (pandas, xarray, pint, sparse ...): labels, units or a
+      mask decide what the op means, and jitops does not take part in that protocol yet.
+    """
+    t = type(v)
+    handler = getattr(t, "__array_ufunc__", _ABSENT)
+    if handler is _ABSENT or handler is _NDARRAY_UFUNC or isinstance(v, np.generic):
+        return
+    if handler is None:
+        if t.__module__.split(".")[0] != "paddle":
+            raise TypeError(f"operand '{t.__name__}' does not support ufuncs "
+                            f"(__array_ufunc__=None)")
+        dt = str(getattr(v, "dtype", ""))
+        bits = next((b for b in _PADDLE_BITS if dt.endswith(b)), None)
+        if bits is not None:
+            raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor of dtype {bits}, which "
+                            f"Paddle hands over as its raw bits; cast it first "
+                            f"({name}.astype('float32')) and back after")
+        return
+    raise TypeError(f"jitops.{fname}: {name} is a {t.__module__}.{t.__qualname__}, which "
+                    f"defines its own __array_ufunc__ (its labels, units or mask decide what "
+                    f"the op means); jitops does not take part in that protocol yet and would "
+                    f"compute on its bare values. Pass the underlying array (pandas: "
+                    f".to_numpy(); xarray: .values) and attach the result's labels yourself, "
+                    f"or use NumPy's own ufunc")
+
+
 def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
     """A weak Python scalar as itself (NEP 50), anything else as a checked host ndarray."""
     if type(v) in WEAK:
         return v
     refuse_masked(v, name, fname)
+    refuse_foreign(v, name, fname)  # (an ndarray subclass may define its own, astropy's)
     if isinstance(v, np.ndarray):
         a = v
     else:
@@ -289,6 +329,8 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
     vals, kinds = [], []
     for v, name in zip(operands, names):
         refuse_masked(v, name, fname)
+        if isinstance(v, np.ndarray):  # a subclass may have a protocol of its own
+            refuse_foreign(v, name, fname)
         if mem.owns(v):
             dt = mem.dtype(v)
             check_dtype(dt, name, fname)
