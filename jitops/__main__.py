@@ -79,7 +79,7 @@ def _info() -> int:
 
     import jitops
     from jitops.core import device
-    from jitops.cpu import cache, kernels, parallel, recycle
+    from jitops.cpu import cache, hooks, kernels, parallel, recycle
 
     jitops.add(np.ones(1 << 17), 1.0)  # run a parallel kernel so the layer is the real one
     th = parallel.info()
@@ -99,10 +99,16 @@ def _info() -> int:
         ("cuda", "available" if why is None else f"not available: {why}"),
         ("kernel cache", cache.location(kernels.KERNELS["serial"]) or "off"),
         ("result memory", _recycling(recycle.status())),
+        ("private hooks", _hooks(hooks.status())),
     ]
     for k, v in rows:
         print(f"{k:>16}: {v}")
     return 0
+
+
+def _hooks(st: dict) -> str:
+    off = [f"{name} off ({why})" for name, why in st.items() if why is not None]
+    return "; ".join(off) if off else f"all {len(st)} in use (jitops.cpu.hooks)"
 
 
 def _recycling(st: dict) -> str:

@@ -22,7 +22,8 @@ def test_help_lists_the_commands():
 def test_info_says_layer_threads_cuda_and_cache():
     r = _run("info")
     assert r.returncode == 0, r.stderr
-    for key in ("threading layer:", "threads:", "cuda:", "kernel cache:", "numba:"):
+    for key in ("threading layer:", "threads:", "cuda:", "kernel cache:", "numba:",
+                "private hooks:"):
         assert key in r.stdout
     assert "not available:" in r.stdout or "cuda: available" in r.stdout
 

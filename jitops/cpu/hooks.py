@@ -211,9 +211,9 @@ def _check_futex_pool() -> bool:
 
 @_hook("gomp_team", "the pool's own workers beside PyTorch")
 def _check_gomp_team() -> bool:
-    return (sys.platform.startswith("linux")
-            and platform.machine().lower() in ("x86_64", "amd64")
-            and ok("futex_pool") and ok("proc"))
+    if not (ok("futex_pool") and ok("proc")):
+        raise RuntimeError("it needs the futex_pool and proc hooks")
+    return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
 @_hook("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
