@@ -159,15 +159,21 @@ def compiler_rlock():
     return global_compiler_lock._lock
 
 
+def _takes_its_rlock(holder) -> bool:
+    """Whether ``holder`` (a lock object of Numba's or llvmlite's) keeps an RLock in
+    ``_lock`` and its own ``with`` takes exactly that one."""
+    lock = getattr(holder, "_lock", None)
+    if not (hasattr(lock, "acquire") and hasattr(lock, "_is_owned")):
+        return False
+    with holder:
+        return lock._is_owned()
+
+
 @_hook("compiler_lock", "Numba's compiler lock object as it is")
 def _check_compiler_lock() -> bool:
     from numba.core.compiler_lock import global_compiler_lock
 
-    lock = getattr(global_compiler_lock, "_lock", None)
-    if not (hasattr(lock, "acquire") and hasattr(lock, "_is_owned")):
-        return False
-    with global_compiler_lock:  # the public object takes exactly this lock
-        return lock._is_owned()
+    return _takes_its_rlock(global_compiler_lock)
 
 
 def llvm_lock_holder():
@@ -183,30 +189,26 @@ def llvm_lock_holder():
 def _check_llvm_lock() -> bool:
     from llvmlite.binding import ffi
 
-    holder = getattr(ffi.lib, "_lock", None)
-    lock = getattr(holder, "_lock", None)
-    if not (hasattr(lock, "acquire") and hasattr(lock, "_is_owned")):
-        return False
-    with holder:
-        return lock._is_owned()
+    return _takes_its_rlock(getattr(ffi.lib, "_lock", None))
 
 
 FUTEX_NR, YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
                       "s390x": (238, 158)}.get(platform.machine(), (None, None))
 
 
+def _syscall_address() -> int:
+    return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0
+
+
 def libc_syscall() -> int:
     """Address of libc's ``syscall`` for the pool, or 0 where the hook is off."""
-    if not ok("futex_pool"):
-        return 0
-    return ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value or 0
+    return _syscall_address() if ok("futex_pool") else 0
 
 
 @_hook("futex_pool", "Numba's threading layer")
 def _check_futex_pool() -> bool:
     return (sys.platform.startswith("linux") and FUTEX_NR is not None
-            and sys.byteorder == "little"
-            and bool(ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value))
+            and sys.byteorder == "little" and bool(_syscall_address()))
 
 
 @_hook("gomp_team", "the pool's own workers beside PyTorch")
@@ -227,19 +229,13 @@ def _check_proc() -> bool:
 
 @_hook("refcounts", "new memory for every large result")
 def _check_refcounts() -> bool:
+    """Counts there to read, and not deferred (a free-threaded build biases them); that one
+    more reference reads as one more is probed by jitops.cpu.recycle itself, with the very
+    reads it recycles by."""
     if not hasattr(sys, "getrefcount"):
         return False
     gil = getattr(sys, "_is_gil_enabled", None)
-    if gil is not None and not gil():  # free-threaded: counts are deferred and biased
-        return False
-    import numpy as np
-
-    probe = [np.empty(0, np.uint8)]
-    alone = sys.getrefcount(probe[0])
-    held = probe[0]
-    exact = sys.getrefcount(probe[0]) == alone + 1
-    del held
-    return exact and sys.getrefcount(probe[0]) == alone
+    return gil is None or gil()
 
 
 @_hook("ndarray_header", "data addresses read in Python, and no memo of repeated calls")

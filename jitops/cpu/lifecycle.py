@@ -52,37 +52,23 @@ def _run_child_hooks() -> None:
         fn()
 
 
-def check_pid() -> bool:
-    """Whether this process is the one the hooks last saw; if not (a fork no hook ran in),
-    run them now and say False."""
-    if os.getpid() == _pid[0]:
-        return True
-    _run_child_hooks()
-    return False
+def check_pid() -> None:
+    """Run the child hooks where this process is not the one they last saw (a fork no hook
+    ran in)."""
+    if os.getpid() != _pid[0]:
+        _run_child_hooks()
 
 
 # -- Numba's compiler lock ------------------------------------------------------------------
 
 
-def _rlock():
-    """The reentrant lock inside Numba's compiler lock, or None (the ``compiler_lock`` hook
-    off: then the public object is used as it is)."""
-    return hooks.compiler_rlock()
-
-
-def _llvm_lock_holder():
-    """llvmlite's lock object (its ``_lock`` the RLock taken around every call into LLVM;
-    any thread may hold it briefly), or None (the ``llvm_lock`` hook off)."""
-    return hooks.llvm_lock_holder()
-
-
-#: (object, attribute) of each lock a fork must not split: Numba's compiler lock, then
-#: llvmlite's (the order compiles take them in).
 def _fork_locks() -> list[tuple[object, str]]:
+    """(object, attribute) of each lock a fork must not split, where its hook is on: Numba's
+    compiler lock, then llvmlite's (the order compiles take them in)."""
     found = []
-    if _rlock() is not None:
+    if hooks.compiler_rlock() is not None:
         found.append((global_compiler_lock, "_lock"))
-    holder = _llvm_lock_holder()
+    holder = hooks.llvm_lock_holder()
     if holder is not None:
         found.append((holder, "_lock"))
     return found
@@ -103,14 +89,12 @@ def _before_fork() -> None:
     _fork_state.held = held
 
 
-def _after_fork_in_parent() -> None:
+def _release_fork_locks() -> None:
+    """After the fork, in the parent and in the child alike (the same objects, held by this
+    same thread in both)."""
     held, _fork_state.held = getattr(_fork_state, "held", []), []
     for lock in reversed(held):
         lock.release()
-
-
-def _after_fork_in_child() -> None:
-    _after_fork_in_parent()  # (the same objects, held by this same thread)
 
 
 #: Set in a child forked by C code while another thread of the parent was compiling: Numba's
@@ -139,8 +123,8 @@ def _fresh_locks_if_orphaned() -> None:
 
 
 if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
-                        after_in_child=_after_fork_in_child)
+    os.register_at_fork(before=_before_fork, after_in_parent=_release_fork_locks,
+                        after_in_child=_release_fork_locks)
     os.register_at_fork(after_in_child=_run_child_hooks)
 
 
@@ -226,7 +210,7 @@ def compiler_lock():
             "compiling, so Numba's compiler is unusable here; kernels compiled before the "
             "fork still run. Compile first (jitops.warmup) or fork with os.fork / "
             "multiprocessing, which wait for the compile.")
-    return _rlock() or global_compiler_lock
+    return hooks.compiler_rlock() or global_compiler_lock
 
 
 class signals_held:

@@ -47,6 +47,7 @@ non-temporal stores, as the built-in kernels do (jitops.cpu.stream).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 
 import numpy as np
@@ -174,7 +175,7 @@ def function_key(fn) -> tuple[str, bool]:
 
 #: definition (see _definition) -> its number in this process, most recently used last.
 _DEFINITIONS: dict[tuple, str] = {}
-_DEFINITION_IDS = iter(range(1, 1 << 62))
+_DEFINITION_IDS = itertools.count(1)
 
 
 def _frozen(value) -> tuple:

@@ -55,7 +55,7 @@ def _counts(buffers: list) -> list[int]:
 def _baseline() -> int | None:
     """The count of a buffer held by nothing but the list it is in, or None where counts
     cannot tell (then recycling is off)."""
-    if not hooks.ok("refcounts"):  # (exact counts: checked there)
+    if not hooks.ok("refcounts"):
         return None
     probe = [np.empty(0, np.uint8)]
     alone = _counts(probe)[0]
