@@ -29,7 +29,7 @@ from . import hooks, lifecycle
 #: Called only by compiled code: helpers, scalar-table functions, the tasks.
 INNER = {"nogil": True, "error_model": "numpy", "no_cpython_wrapper": True,
          "no_cfunc_wrapper": True}
-#: Called from Python: the drivers and the pool's worker.
+#: Called from Python: the drivers, the pool's worker and wake-up.
 ENTRY = {"nogil": True, "error_model": "numpy", "no_cfunc_wrapper": True}
 
 

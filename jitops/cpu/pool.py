@@ -284,7 +284,7 @@ def _yield(ctl):
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_YIELD_NR), 0, 0, 0)
 
 
-@inner  # (from Python, Pool.stop wakes the workers through libc: _wake_all)
+@njit(**ENTRY)
 def _futex_wake(ctl):
     addr = ctl + C_SEQ * 8
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
