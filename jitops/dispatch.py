@@ -27,6 +27,7 @@ import functools
 
 import numpy as np
 
+from .core import protocols, tensors
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
@@ -55,6 +56,12 @@ def _geometry(v) -> tuple | type:
 
 
 _SCALAR = np.generic
+
+
+def _plain(v) -> bool:
+    """An ndarray, a weak Python scalar or a NumPy scalar: what the fast paths take."""
+    t = type(v)
+    return t is _ND or t in WEAK or isinstance(v, _SCALAR)
 
 
 def _as_array(v):
@@ -124,6 +131,9 @@ def public_op(op: str, fname: str):
                                 return target
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:
+                            if not launch.parallel:  # a zero check, or a 0-d result
+                                return target[()] if out is None and not launch.shape \
+                                    else target
                             # (not memoised while its stores are being chosen: cpu.Launch)
                             if not launch.zero_check and launch.choice is None:
                                 stamp = _STAMP[0]  # before the count: see _remember
@@ -138,7 +148,7 @@ def public_op(op: str, fname: str):
                 return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
             if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
                 return _with_scalar(op, fname, x, y, broadcast, axis, act, out, device)
-            if isinstance(x, _SCALAR) or isinstance(y, _SCALAR):
+            if (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) and _plain(x) and _plain(y):
                 # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
                 # dtype, NEP 50), so as one its repeats take the fast path above.
                 return fn(_as_array(x), _as_array(y), broadcast=broadcast, axis=axis, act=act,
@@ -227,7 +237,7 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
             return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
         if launch.run(target, xa, ya, fname, out) == _OK:
-            return target
+            return target[()] if out is None and not launch.shape else target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
 
@@ -248,7 +258,8 @@ def call_user(op, operands: tuple, broadcast, axis, out, device):
             elif t in WEAK:
                 key.append(t)
                 weak = True
-            elif isinstance(v, _SCALAR):  # as the 0-d array the pipeline makes of it
+            elif isinstance(v, _SCALAR) and all(map(_plain, operands)):
+                # as the 0-d array the pipeline makes of it
                 return call_user(op, tuple(_as_array(v) for v in operands), broadcast, axis,
                                  out, device)
             else:
@@ -272,21 +283,35 @@ def call_user(op, operands: tuple, broadcast, axis, out, device):
                                  None)
             target = out if out is not None else launch.new_output()
             if launch.run(target, arrays, op.__name__, out):
-                return target
+                return target[()] if out is None and not launch.shape else target
             key = None  # misaligned, overlapping or out read-only this time: the careful path
     return _call(op, op.__name__, operands, broadcast, axis, None, out, device, key)
 
 
 def _call(op, fname, operands, broadcast, axis, act, out, device, key):
-    """The pipeline, then the backend; ``key`` is where to remember a CPU launch (or None)."""
+    """The pipeline, then the backend; ``key`` is where to remember a CPU launch (or None).
+
+    Operands that decide ufuncs themselves are handed the op first (NEP 13,
+    :mod:`jitops.core.protocols`); framework tensors are read in place and answered in kind
+    (:mod:`jitops.core.tensors`); a 0-d result with no ``out`` is a NumPy scalar, as NumPy's
+    ufuncs give."""
     mode, axis, act = normalize(broadcast, axis, act, fname)
     parse(device)  # a malformed device= is refused whatever the operands
     if any(dask.is_dask_array(v) for v in operands):
         lazy = prepare_lazy(op, fname, operands, mode, axis, act, out, device,
                             dask.is_dask_array, dask.known_shape)
         return dask.run(lazy, functools.partial(chunk, op, fname, act))
+    asked = protocols.overrides(operands + (out,))
+    if asked:
+        return _delegate(op, fname, operands, mode, axis, act, out, device, asked)
     where = select(device, operands, out, fname)
     if where == "cpu":
+        host = tensors.unwrap(operands, out, fname)
+        if host is not None:
+            call = prepare(cpu.MEMORY, op, fname, host.operands, mode, axis, act, host.out)
+            cpu.launch(call)
+            result = call.finish(cpu.MEMORY)
+            return result if host.wrap is None else host.wrap(result)
         call = prepare(cpu.MEMORY, op, fname, operands, mode, axis, act, out)
         launch = cpu.launch(call)
         # Remember the launch for repeats, unless it needed conversions, copies or a zero
@@ -296,7 +321,8 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
                 _FAST.clear()
                 _HEADERS.clear()
             _FAST[key] = launch
-        return call.finish(cpu.MEMORY)
+        result = call.finish(cpu.MEMORY)
+        return result[()] if out is None and not result.ndim else result
     from .cuda import backend as cuda  # only when CUDA is asked for: no driver touched before
 
     memory = cuda.memory(device, operands, out, fname)
@@ -304,6 +330,42 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
         call = prepare(memory, op, fname, operands, mode, axis, act, out)
         cuda.launch(call, memory)
         return call.finish(memory)
+
+
+#: (op, fname) -> the built-in op's UfuncView.
+_VIEWS: dict = {}
+
+
+def _view(op, fname: str, nin: int) -> protocols.UfuncView:
+    """The op as the ufunc an operand's ``__array_ufunc__`` is handed: called back on the
+    underlying arrays with NumPy broadcasting (the labels have lined them up). A user op's
+    view is made per call (kept, it would keep the op alive)."""
+    if not isinstance(op, str):
+        return protocols.UfuncView(f"jitops.{fname}", nin,
+                                   lambda inputs, out, kw: op(*inputs, out=out, **kw))
+    v = _VIEWS.get((op, fname))
+    if v is None:
+        def run(inputs, out, kw):
+            return call_op(op, fname, *inputs, out=out, **kw)
+
+        v = _VIEWS[op, fname] = protocols.UfuncView(f"jitops.{fname}", nin, run)
+    return v
+
+
+def _delegate(op, fname, operands, mode, axis, act, out, device, asked):
+    """The call handed to the operands that decide ufuncs themselves (NEP 13)."""
+    protocols.positional_alignment(mode, axis, asked, fname)
+    if device is not None and parse(device)[0] != "cpu":
+        t = type(asked[0])
+        raise TypeError(f"jitops.{fname}: device={device!r} with a {t.__module__}."
+                        f"{t.__qualname__} operand: its arrays live on the host; move the "
+                        f"underlying arrays to the GPU yourself")
+    kwargs = {} if act is None else {"act": act}
+    protocols.refuse_mixed_frames(operands + (out,), fname)
+    if isinstance(op, str):
+        operands = protocols.pandas_scalars(op, operands, asked)
+    return protocols.delegate(_view(op, fname, len(operands)), operands, out, kwargs, asked,
+                              fname)
 
 
 def chunk(op, fname: str, act: str | None, *blocks):
@@ -316,8 +378,10 @@ def chunk(op, fname: str, act: str | None, *blocks):
     """
     with parallel.serial():
         if isinstance(op, str):
-            return call_op(op, fname, *blocks, "numpy", -1, act, None, None)
-        return _call(op, fname, blocks, "numpy", -1, None, None, None, None)
+            r = call_op(op, fname, *blocks, "numpy", -1, act, None, None)
+        else:
+            r = _call(op, fname, blocks, "numpy", -1, None, None, None, None)
+    return np.asarray(r) if isinstance(r, _SCALAR) else r  # a 0-d block stays an array
 
 
 def clear() -> None:

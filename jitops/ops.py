@@ -29,7 +29,10 @@ x, y : array_like, CUDA array or dask.array.Array
     Operands: NumPy arrays (any strides, byte order, read-only), anything ``numpy.asarray``
     takes, Python scalars (NumPy 2 "weak" promotion: ``float32 array - 3.0`` stays float32),
     CUDA arrays (``__cuda_array_interface__``), or Dask arrays (the result is then a lazy Dask
-    array whose chunks jitops computes; shapes and errors are checked at call time).
+    array whose chunks jitops computes; shapes and errors are checked at call time). An
+    object with its own ``__array_ufunc__`` (pandas, xarray) is handed the op as by NumPy's
+    ufuncs (NEP 13): it aligns by its labels and calls jitops back on its arrays. PyTorch CPU
+    tensors are read in place.
 broadcast : {{"numpy", "pdpd", "none"}}, default "numpy"
     ``numpy``: NumPy's rule. ``pdpd``: PaddlePaddle's ``axis`` rule (the lower-rank operand is
     laid onto the other starting at ``axis``; size-1 dims broadcast on both sides). ``none``:
@@ -48,9 +51,11 @@ device : {{None, "cpu", "cuda", "cuda:N"}}
 
 Returns
 -------
-numpy.ndarray, CUDA array or dask.array.Array
+numpy.ndarray, NumPy scalar, CUDA array, dask.array.Array, or the operands' own type
     A new array (or ``out``), on the operands' device, or lazy when an operand is a Dask
-    array. Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
+    array; a NumPy scalar for 0-d operands without ``out``; what an operand's
+    ``__array_ufunc__`` returns (a pandas Series, an xarray DataArray); a tensor for PyTorch
+    operands. Its dtype is ``numpy.result_type(x, y)`` (NumPy 2 rules). Its
     memory order follows the inputs like NumPy's ``order="K"``.
 
 Raises
@@ -60,7 +65,8 @@ ValueError
     shape, read-only or with internal overlap.
 TypeError
     Unsupported dtypes (object, strings, datetimes...), ``out`` of the wrong dtype, ``act``
-    needing a float on an integer result, ``out=`` or ``device="cuda"`` with Dask operands.
+    needing a float on an integer result, ``out=`` or ``device="cuda"`` with Dask operands,
+    positional broadcasting (``none``, ``pdpd`` with an ``axis``) with labelled operands.
 RuntimeError
     ``device="cuda"`` without a usable GPU (there is never a silent CPU fallback).
 
@@ -113,7 +119,7 @@ broadcast, out, device
 
 Returns
 -------
-numpy.ndarray, CUDA array or dask.array.Array
+numpy.ndarray, NumPy scalar, CUDA array, dask.array.Array, or the operands' own type
     As :func:`jitops.{op}`.
 
 Raises

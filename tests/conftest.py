@@ -14,6 +14,10 @@ from . import backends  # noqa: E402
 settings.register_profile(
     "ci", max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+# a long search, run by hand: HYPOTHESIS_PROFILE=deep pytest tests/test_interop.py
+settings.register_profile(
+    "deep", max_examples=1500, deadline=None, suppress_health_check=list(HealthCheck)
+)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 

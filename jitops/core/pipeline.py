@@ -151,13 +151,15 @@ _PADDLE_BITS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
 def refuse_foreign(v: object, name: str, fname: str) -> None:
     """An object that takes part in NumPy's ufunc protocol itself is never silently computed
-    on its bare values (TypeError, before anything is written).
+    on its bare values (TypeError, before anything is written). jitops hands such objects the
+    op (jitops.core.protocols, NEP 13) before the pipeline runs; one that gets here is mixed
+    with Dask arrays, whose chunks jitops maps itself.
 
     * ``__array_ufunc__ = None``: the object opts out of ufuncs; NumPy's own TypeError, with
       NumPy's wording -- except Paddle's tensors (whose values jitops reads through
       ``__array__``), bar the dtypes Paddle hands over as raw bits;
     * its own ``__array_ufunc__`` (pandas, xarray, pint, sparse ...): labels, units or a
-      mask decide what the op means, and jitops does not take part in that protocol yet.
+      mask decide what the op means.
     """
     t = type(v)
     handler = getattr(t, "__array_ufunc__", _ABSENT)
@@ -175,11 +177,11 @@ def refuse_foreign(v: object, name: str, fname: str) -> None:
                             f"({name}.astype('float32')) and back after")
         return
     raise TypeError(f"jitops.{fname}: {name} is a {t.__module__}.{t.__qualname__}, which "
-                    f"defines its own __array_ufunc__ (its labels, units or mask decide what "
-                    f"the op means); jitops does not take part in that protocol yet and would "
-                    f"compute on its bare values. Pass the underlying array (pandas: "
-                    f".to_numpy(); xarray: .values) and attach the result's labels yourself, "
-                    f"or use NumPy's own ufunc")
+                    f"decides ufuncs itself (its own __array_ufunc__: labels, units or a mask "
+                    f"decide what the op means); jitops hands it the op, but not in a call "
+                    f"with Dask arrays, whose chunks jitops maps itself. Pass the underlying "
+                    f"array (pandas: .to_numpy(); xarray: .data) or a Dask-backed object of "
+                    f"that kind alone")
 
 
 def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:

@@ -260,8 +260,10 @@ class Launch:
         self.metas = Metas(build_meta)
         # below the parallel threshold the tasks do not depend on the thread count
         self.pmeta = None if self.parallel else self.metas.address(1)
-        #: the meta address where the fast path may call ``entry`` itself (serial, no check)
-        self.direct = None if self.zero_check else self.pmeta
+        #: the meta address where the fast path may call ``entry`` itself (serial, no zero
+        #: check, and not a 0-d result, which the caller gets as a NumPy scalar: see
+        #: jitops.dispatch, whose direct path returns the array it wrote)
+        self.direct = None if self.zero_check or not plan.out_shape else self.pmeta
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
 
