@@ -37,6 +37,7 @@ class Case:
     rounds: int = 61
     budget_s: float = 10.0
     note: str = ""
+    requires: str = ""  # a module the case needs (left out of a run without it)
 
 
 def _rand(shape, dtype=np.float32, seed=0):
@@ -190,6 +191,18 @@ def _overhead():
     return _subtract_into(x, y, o), 3 * x.nbytes
 
 
+def _pandas_sub():
+    """Two aligned Series (the same index): pandas' own ``s1 - s2`` (checks the indexes are
+    equal, then NumPy), and NumPy's ufunc on the Series (which pandas turns into ``s1 - s2``),
+    against jitops handed the Series (pandas aligns, jitops computes)."""
+    import pandas as pd
+
+    idx = pd.RangeIndex(10**7)
+    s1, s2 = pd.Series(_rand(10**7, np.float64, 1), idx), pd.Series(_rand(10**7, np.float64, 2), idx)
+    return {"jitops": lambda: jitops.subtract(s1, s2), "numpy": lambda: np.subtract(s1, s2),
+            "pandas": lambda: s1 - s2}, 3 * 8 * 10**7
+
+
 CASES = [
     Case("sub_1e6_out", "subtract, 1e6 elements, out= (cache-resident)", _sub_out(10**6),
          {"numpy": 1.5, "torch": 1.0}),
@@ -213,6 +226,8 @@ CASES = [
          {"numpy": 2.0, "numexpr": 1.3}),
     Case("overhead", "call overhead, 8 float64 elements, out=", _overhead, {"numpy": 1 / 3},
          note="target: at most 3x NumPy's time per call"),
+    Case("pandas_sub", "pandas Series s1 - s2, 1e7 float64, aligned (new result)", _pandas_sub,
+         {"pandas": 1.0}, rounds=21, requires="pandas"),
 ]
 
 #: Sizes of the cost-versus-size sweep (subtract, float32, out=).

@@ -6,7 +6,7 @@ import json
 import os
 
 NAMES = {"jitops": "jitops", "numpy": "NumPy", "torch": "PyTorch", "numexpr": "numexpr",
-         "probe": "probe"}
+         "probe": "probe", "pandas": "pandas"}
 
 
 def _fmt_time(s: float | None) -> str:

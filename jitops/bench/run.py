@@ -10,6 +10,7 @@ checkout, else under ``./jitops-bench-results`` (``--out`` chooses).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import time
@@ -94,6 +95,10 @@ def main(argv: list[str] | None = None) -> int:
               f"copy: {probe['stream_copy_GBps']:.1f} GB/s")
 
     selected = [c for c in cases.CASES if not a.cases or c.key in a.cases]
+    absent = [c for c in selected if c.requires and importlib.util.find_spec(c.requires) is None]
+    for c in absent:
+        _progress(f"{c.key}: left out ({c.requires} is not installed)")
+    selected = [c for c in selected if c not in absent]
     rows = []
     for i, case in enumerate(selected, 1):
         _progress(f"[{i}/{len(selected)}] {case.title} ...")
