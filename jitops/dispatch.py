@@ -297,6 +297,9 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
     ufuncs give."""
     mode, axis, act = normalize(broadcast, axis, act, fname)
     parse(device)  # a malformed device= is refused whatever the operands
+    always_array = out is Ellipsis  # NumPy 2's out=...: an array even from 0-d operands
+    if always_array:
+        out = None
     if any(dask.is_dask_array(v) for v in operands):
         lazy = prepare_lazy(op, fname, operands, mode, axis, act, out, device,
                             dask.is_dask_array, dask.known_shape)
@@ -311,7 +314,10 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
             call = prepare(cpu.MEMORY, op, fname, host.operands, mode, axis, act, host.out)
             cpu.launch(call)
             result = call.finish(cpu.MEMORY)
-            return result if host.wrap is None else host.wrap(result)
+            if host.wrap is not None:
+                return host.wrap(result)
+            return result[()] if out is None and not result.ndim and not always_array \
+                else result
         call = prepare(cpu.MEMORY, op, fname, operands, mode, axis, act, out)
         launch = cpu.launch(call)
         # Remember the launch for repeats, unless it needed conversions, copies or a zero
@@ -322,7 +328,13 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
                 _HEADERS.clear()
             _FAST[key] = launch
         result = call.finish(cpu.MEMORY)
-        return result[()] if out is None and not result.ndim else result
+        if out is not None:
+            return result
+        wrap = protocols.array_wrap(operands)
+        if wrap is not None:  # an ndarray subclass, or an object with __array_wrap__
+            return protocols.apply_wrap(result, wrap, _view(op, fname, len(operands)),
+                                        operands, not result.ndim and not always_array)
+        return result[()] if not result.ndim and not always_array else result
     from .cuda import backend as cuda  # only when CUDA is asked for: no driver touched before
 
     memory = cuda.memory(device, operands, out, fname)

@@ -121,7 +121,7 @@ ERRORS = [
     ("complex max", dict(x=X.astype(np.complex64), y=X, op="maximum"), TypeError, "complex"),
     ("bool subtract", dict(x=np.ones(3, bool), y=True), TypeError, "boolean subtract"),
     ("string dtype", dict(x=np.array(["a", "b", "c"]), y=X[0]), TypeError, "string dtype"),
-    ("ragged list", dict(x=[[1, 2], [3]], y=X), TypeError, "cannot be converted"),
+    ("ragged list", dict(x=[[1, 2], [3]], y=X), ValueError, "cannot be converted"),
     ("device", dict(x=X, y=X, device="tpu"), ValueError, "device must be"),
     ("out shape", dict(x=X, y=X, out=(3, 2)), ValueError, "out has shape"),
     ("out dtype", dict(x=X, y=X, out=np.float64), TypeError, "out has dtype"),

@@ -198,9 +198,22 @@ def _pandas_sub():
     import pandas as pd
 
     idx = pd.RangeIndex(10**7)
-    s1, s2 = pd.Series(_rand(10**7, np.float64, 1), idx), pd.Series(_rand(10**7, np.float64, 2), idx)
+    s1 = pd.Series(_rand(10**7, np.float64, 1), idx)
+    s2 = pd.Series(_rand(10**7, np.float64, 2), idx)
     return {"jitops": lambda: jitops.subtract(s1, s2), "numpy": lambda: np.subtract(s1, s2),
             "pandas": lambda: s1 - s2}, 3 * 8 * 10**7
+
+
+def _paddle_sub():
+    """2e7 float32 Paddle tensors (CPU): jitops on the tensors (read and answered through
+    DLPack, no copy) against jitops on the same data as ndarrays, NumPy, and Paddle's own op."""
+    import paddle
+
+    x, y = _rand(2 * 10**7, seed=1), _rand(2 * 10**7, seed=2)
+    px, py = paddle.from_dlpack(x), paddle.from_dlpack(y)
+    return {"jitops": lambda: jitops.subtract(px, py), "numpy": lambda: np.subtract(x, y),
+            "ndarray": lambda: jitops.subtract(x, y),
+            "paddle": lambda: paddle.subtract(px, py)}, 3 * x.nbytes
 
 
 CASES = [
@@ -228,6 +241,9 @@ CASES = [
          note="target: at most 3x NumPy's time per call"),
     Case("pandas_sub", "pandas Series s1 - s2, 1e7 float64, aligned (new result)", _pandas_sub,
          {"pandas": 1.0}, rounds=21, requires="pandas"),
+    Case("paddle_sub", "Paddle tensors x - y, 2e7 float32, new result", _paddle_sub,
+         {"ndarray": 1 / 1.2}, rounds=21, requires="paddle",
+         note="target: within 1.2x of jitops on the same data as ndarrays"),
 ]
 
 #: Sizes of the cost-versus-size sweep (subtract, float32, out=).

@@ -6,7 +6,8 @@ import json
 import os
 
 NAMES = {"jitops": "jitops", "numpy": "NumPy", "torch": "PyTorch", "numexpr": "numexpr",
-         "probe": "probe", "pandas": "pandas"}
+         "probe": "probe", "pandas": "pandas", "paddle": "Paddle",
+         "ndarray": "jitops on ndarrays"}
 
 
 def _fmt_time(s: float | None) -> str:

@@ -195,7 +195,10 @@ def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
     else:
         try:
             a = np.asarray(v)
-        except Exception as e:  # ragged lists and the like
+        except ValueError as e:  # ragged lists: NumPy's class
+            raise ValueError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") \
+                from None
+        except Exception as e:
             raise TypeError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") \
                 from None
     check_dtype(a.dtype, name, fname)

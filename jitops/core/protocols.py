@@ -186,3 +186,47 @@ def positional_alignment(mode: str, axis: int, asked: list, fname: str) -> None:
                     f"{t.__module__}.{t.__qualname__} decides that itself (its labels or "
                     f"dimension names); use the default broadcasting, or pass the underlying "
                     f"arrays (pandas: .to_numpy(), xarray: .values)")
+
+
+_SCALAR_PRIORITY = -1000000.0
+
+
+def array_wrap(operands) -> tuple | None:
+    """NumPy's choice of who wraps a ufunc's result (``npy_find_array_wrap``): the operand
+    with the highest ``__array_priority__`` among those with an ``__array_wrap__`` (an ndarray
+    subclass has ndarray's), a subclass preferred over a plain ndarray at equal priority;
+    ``(operand, its __array_wrap__)``, or None when a plain ndarray or a scalar wins."""
+    chosen = wrap = None
+    priority = None
+    for v in operands:
+        t = type(v)
+        if t is _ND:
+            if priority is None or priority < 0.0:
+                chosen, wrap, priority = None, None, 0.0
+        elif t in _PLAIN or isinstance(v, np.generic):
+            if priority is None or priority < _SCALAR_PRIORITY:
+                chosen, wrap, priority = None, None, _SCALAR_PRIORITY
+        else:
+            w = getattr(t, "__array_wrap__", None)
+            if w is None:
+                continue
+            p = float(getattr(v, "__array_priority__", 0.0))
+            if priority is None or priority < p or (p == 0.0 and chosen is None):
+                chosen, wrap, priority = v, w, p
+    return None if chosen is None else (chosen, wrap)
+
+
+def apply_wrap(result: np.ndarray, chosen: tuple, view: UfuncView, operands: tuple,
+               return_scalar: bool):
+    """``result`` as the chosen operand's type: ``__array_wrap__(result, context,
+    return_scalar)``, NumPy 2's call (an ndarray subclass without one of its own gets ndarray's,
+    which views the result as the subclass); a wrap that takes only the array is called with
+    it alone, as NumPy still does."""
+    v, wrap = chosen
+    context = (view, operands, 0)
+    if wrap is _ND.__array_wrap__ and type(result) is type(v):
+        return result[()] if return_scalar and not result.ndim else result
+    try:
+        return wrap(v, result, context, return_scalar)
+    except TypeError:
+        return wrap(v, result)

@@ -1,16 +1,26 @@
 """Other frameworks' host tensors as operands: read in place, and answered in kind.
 
-A PyTorch CPU tensor is read through ``Tensor.numpy()`` (its memory, no copy), and a call
-with one among its operands returns a tensor sharing the result's memory
-(``torch.from_numpy``), as NumPy's ufuncs do through the tensor's ``__array_wrap__`` --
-except that a bool result stays ``torch.bool`` (PyTorch's ``__array_wrap__`` still turns it
-into ``uint8``, from before PyTorch had bool tensors). A tensor as ``out`` is written in place
-and returned. A 0-d result stays a 0-d tensor. What a NumPy array cannot stand for is refused
-(TypeError) rather than copied or reinterpreted: a tensor that requires grad (jitops records
-no autograd graph), a dtype NumPy has no twin for (``torch.bfloat16``), a tensor on another
-device than the CPU or a CUDA GPU (CUDA tensors go to the CUDA backend).
+One adapter per framework says whether an object is its tensor, how to read it as an ndarray
+without copying, and how to hand a result back as its tensor, sharing the result's memory:
 
-PyTorch is never imported here: a tensor exists only once its library is.
+==========  ==========================  ==================================================
+framework   read (no copy)              result
+==========  ==========================  ==================================================
+PyTorch     ``Tensor.numpy()``          ``torch.from_numpy``
+Paddle      ``numpy.from_dlpack``       ``paddle.from_dlpack``
+OpenVINO    ``Tensor.data``             ``openvino.Tensor(result, shared_memory=True)``
+DLPack      ``numpy.from_dlpack``       a NumPy array (JAX, array-api-strict, ...)
+==========  ==========================  ==================================================
+
+A call whose operands include such tensors returns the kind of the first of them (``out``
+first: a tensor ``out`` is written in place and returned). A 0-d result stays a 0-d tensor.
+Refused with a TypeError naming why, never copied or reinterpreted: a tensor that records
+gradients (jitops records no autograd graph), a dtype NumPy has no twin for (bfloat16, float8,
+int4 -- whose raw bits some frameworks hand over as integers), a result dtype the framework has
+no tensor of (Paddle has no uint16), a device other than the CPU (CUDA arrays go to the CUDA
+backend before this module is asked).
+
+No framework is imported here: a tensor exists only once its library is.
 """
 
 from __future__ import annotations
@@ -21,31 +31,145 @@ from typing import Any
 
 import numpy as np
 
-
-def _torch_tensor_type() -> type | None:
-    """``torch.Tensor`` once PyTorch is imported (a stand-in module may have none)."""
-    t = getattr(sys.modules.get("torch"), "Tensor", None)
-    return t if isinstance(t, type) else None
+_ND = np.ndarray
 
 
-def is_torch_tensor(v: object) -> bool:
-    t = _torch_tensor_type()
-    return t is not None and isinstance(v, t)
+def _root(t: type) -> str:
+    return t.__module__.split(".", 1)[0]
 
 
-def torch_host_view(v, name: str, fname: str) -> np.ndarray:
-    """A CPU tensor's memory as an ndarray (no copy), or a TypeError saying why not."""
-    if v.device.type != "cpu":
-        raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor on device "
-                        f"'{v.device}'; jitops runs on the CPU and on CUDA GPUs")
-    if v.requires_grad:
-        raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor that requires grad, and "
-                        f"jitops records no autograd graph; pass {name}.detach()")
-    try:
-        return v.numpy()
-    except (TypeError, RuntimeError) as e:  # bfloat16, conjugate or negative bit, ...
-        raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor of dtype {v.dtype} that "
-                        f"NumPy cannot hold: {e}") from None
+def _named(v, name: str) -> str:
+    return f"{name} is a {_root(type(v))} {type(v).__qualname__}"
+
+
+class _Torch:
+    name = "torch"
+
+    @staticmethod
+    def owns(v) -> bool:
+        t = getattr(sys.modules.get("torch"), "Tensor", None)  # a stand-in module may have none
+        return isinstance(t, type) and isinstance(v, t)
+
+    @staticmethod
+    def read(v, name: str, fname: str) -> np.ndarray:
+        if v.device.type != "cpu":
+            raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor on device "
+                            f"'{v.device}'; jitops runs on the CPU and on CUDA GPUs")
+        if v.requires_grad:
+            raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor that requires grad, and "
+                            f"jitops records no autograd graph; pass {name}.detach()")
+        try:
+            return v.numpy()
+        except (TypeError, RuntimeError) as e:  # bfloat16, conjugate or negative bit, ...
+            raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor of dtype {v.dtype} that "
+                            f"NumPy cannot hold: {e}") from None
+
+    @staticmethod
+    def wrap(result: np.ndarray, fname: str):
+        return sys.modules["torch"].from_numpy(result)
+
+
+#: NumPy dtypes Paddle has tensors of (it reads a uint16 DLPack tensor as bfloat16).
+_PADDLE_DTYPES = frozenset(np.dtype(d) for d in (
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64",
+    "complex64", "complex128"))
+
+
+class _Paddle:
+    name = "paddle"
+
+    @staticmethod
+    def owns(v) -> bool:
+        t = type(v)
+        return _root(t) == "paddle" and hasattr(t, "__dlpack__")
+
+    @staticmethod
+    def read(v, name: str, fname: str) -> np.ndarray:
+        dt = str(v.dtype).rsplit(".", 1)[-1]
+        if not v.place.is_cpu_place():
+            raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor on {v.place}; jitops "
+                            f"runs Paddle's CPU tensors (a GPU tensor: pass it through "
+                            f"DLPack to CuPy or PyTorch for the CUDA backend)")
+        if not v.stop_gradient:
+            raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor that records gradients "
+                            f"(stop_gradient=False), and jitops records no autograd graph; "
+                            f"pass {name}.detach()")
+        try:
+            a = np.from_dlpack(v)
+        except (TypeError, RuntimeError, BufferError) as e:  # bfloat16, float8: no NumPy twin
+            raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor of dtype {dt}, which "
+                            f"NumPy has no dtype for ({e}); cast it first "
+                            f"({name}.astype('float32')) and back after") from None
+        return a
+
+    @staticmethod
+    def wrap(result: np.ndarray, fname: str):
+        if result.dtype not in _PADDLE_DTYPES:
+            raise TypeError(f"jitops.{fname}: the result dtype {result.dtype} has no Paddle "
+                            f"tensor type; cast an operand first")
+        return sys.modules["paddle"].from_dlpack(result)
+
+
+class _OpenVINO:
+    name = "openvino"
+    #: element types whose ``.data`` is not their values (bf16 shows as float16, f8 and the
+    #: 4-bit types as integers)
+    _UNREADABLE = ("bf16", "f8", "u4", "i4", "nf4", "u1", "u2", "u3", "u6", "f4")
+
+    @staticmethod
+    def owns(v) -> bool:
+        t = type(v)
+        return _root(t) == "openvino" and t.__name__ == "Tensor"
+
+    @classmethod
+    def read(cls, v, name: str, fname: str) -> np.ndarray:
+        et = v.element_type.get_type_name()
+        if et.startswith(cls._UNREADABLE) or et in ("dynamic", "undefined", "string"):
+            raise TypeError(f"jitops.{fname}: {name} is an openvino.Tensor of element type "
+                            f"{et}, whose .data is not its values to NumPy; convert it first")
+        return v.data
+
+    @staticmethod
+    def wrap(result: np.ndarray, fname: str):
+        # OpenVINO shares only C-contiguous memory: a result in another order is laid out anew
+        return sys.modules["openvino"].Tensor(np.ascontiguousarray(result), shared_memory=True)
+
+
+class _DLPack:
+    """Any other host object offering ``__dlpack__`` (JAX, array-api-strict): read through
+    DLPack; the result is a NumPy array."""
+
+    name = "dlpack"
+
+    @staticmethod
+    def owns(v) -> bool:
+        t = type(v)
+        return (hasattr(t, "__dlpack__") and not isinstance(v, _ND | np.generic)
+                and getattr(t, "__array_ufunc__", 0) is not None)
+
+    @staticmethod
+    def read(v, name: str, fname: str) -> np.ndarray:
+        try:
+            return np.from_dlpack(v)
+        except (TypeError, RuntimeError, BufferError, ValueError) as e:
+            raise TypeError(f"jitops.{fname}: {_named(v, name)} that NumPy cannot read through "
+                            f"DLPack ({e})") from None
+
+    wrap = None
+
+
+ADAPTERS = (_Torch, _Paddle, _OpenVINO, _DLPack)
+
+
+def adapter_of(v):
+    """The adapter of ``v``'s framework, or None (ndarrays, scalars and lists have none)."""
+    t = type(v)
+    if t is _ND or t in (int, float, complex, bool, list, tuple) or v is None:
+        return None
+    for a in ADAPTERS:
+        if a.owns(v):
+            return a
+    return None
 
 
 @dataclass
@@ -59,17 +183,19 @@ class HostCall:
 
 
 def unwrap(operands: tuple, out, fname: str) -> HostCall | None:
-    """The call on host tensors, or None when no operand (nor ``out``) is one."""
-    tensor = _torch_tensor_type()
-    if tensor is None:
-        return None
-    if not (isinstance(out, tensor) or any(isinstance(v, tensor) for v in operands)):
+    """The call on host arrays, or None when no operand (nor ``out``) is a framework's."""
+    kinds = [adapter_of(v) for v in operands]
+    out_kind = adapter_of(out)
+    if out_kind is None and not any(kinds):
         return None
     names = ("x", "y") if len(operands) == 2 else [f"operand {i}" for i in range(len(operands))]
-    ops = tuple(torch_host_view(v, n, fname) if isinstance(v, tensor) else v
-                for v, n in zip(operands, names))
-    if isinstance(out, tensor):
-        return HostCall(ops, torch_host_view(out, "out", fname), lambda _: out)
+    host = tuple(v if k is None else k.read(v, n, fname)
+                 for v, k, n in zip(operands, kinds, names))
+    if out_kind is not None:
+        return HostCall(host, out_kind.read(out, "out", fname), lambda _: out)
     if out is not None:  # NumPy returns an ndarray ``out`` itself
-        return HostCall(ops, out, None)
-    return HostCall(ops, None, sys.modules["torch"].from_numpy)
+        return HostCall(host, out, None)
+    first = next(k for k in kinds if k is not None)
+    if first.wrap is None:
+        return HostCall(host, None, None)
+    return HostCall(host, None, lambda r: first.wrap(np.asarray(r), fname))

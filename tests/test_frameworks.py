@@ -1,0 +1,243 @@
+"""The seeds' own tensors, and NumPy's result types.
+
+Paddle and OpenVINO tensors go in without a copy and come back as their own tensors sharing
+the result's memory; values and dtypes are checked against the frameworks' own ops (Paddle's
+``paddle.<op>``, a compiled OpenVINO ``Subtract``) on the same tensors. Any other DLPack
+object is read in place. NumPy's ``__array_wrap__``/``__array_priority__`` choose the result
+type as in NumPy's ufuncs; ``out=...`` gives an array; a ragged list is NumPy's ValueError.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import jitops
+
+from .helpers import OPS, sample, valid
+
+# -- NumPy's result types ----------------------------------------------------------------------
+
+
+class Tagged(np.ndarray):
+    """An ndarray subclass that carries an attribute through __array_finalize__."""
+
+    def __array_finalize__(self, obj):
+        self.tag = getattr(obj, "tag", "fresh")
+
+
+class Wraps:
+    """Not an array: __array__ in, __array_wrap__ out, with a priority."""
+
+    __array_priority__ = 20.0
+
+    def __init__(self, a):
+        self.a = np.asarray(a)
+
+    def __array__(self, dtype=None, copy=None):
+        return self.a
+
+    def __array_wrap__(self, arr, context=None, return_scalar=False):
+        return ("wrapped", arr, return_scalar)
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_subclasses_keep_their_type_as_in_numpy(op):
+    x = np.arange(1.0, 7.0).reshape(2, 3).view(Tagged)
+    x.tag = "mine"
+    y = np.full(3, 2.0)
+    for a, b in ((x, y), (y, x), (x, x), (x, 2.0)):
+        got, exp = getattr(jitops, op)(a, b), getattr(np, op)(a, b)
+        assert type(got) is type(exp) is Tagged and got.tag == exp.tag
+        np.testing.assert_array_equal(got, exp)
+    m = np.matrix([[1.0, 2.0], [3.0, 4.0]])
+    got, exp = getattr(jitops, op)(m, m), getattr(np, op)(m, m)
+    assert type(got) is np.matrix and got.shape == exp.shape
+    np.testing.assert_array_equal(got, exp)
+
+
+def test_array_wrap_and_priority_as_in_numpy():
+    w = Wraps([1.0, 2.0])
+    got, exp = jitops.add(w, np.ones(2)), np.add(w, np.ones(2))
+    assert got[0] == exp[0] == "wrapped" and got[2] == exp[2] is False
+    np.testing.assert_array_equal(got[1], exp[1])
+    t = np.arange(2.0).view(Tagged)  # priority 0 against 20: the Wraps object wraps
+    assert jitops.add(t, w)[0] == np.add(t, w)[0] == "wrapped"
+    z = Wraps(1.5)
+    assert jitops.add(z, 1.0)[2] is np.add(z, 1.0)[2] is True  # 0-d: return_scalar
+
+
+def test_out_ellipsis_always_gives_an_array():
+    for a, b in ((np.float32(1.5), np.float32(2.0)), (1.0, 2.0), (np.ones(3), 1.0)):
+        got, exp = jitops.add(a, b, out=...), np.add(a, b, out=...)
+        assert type(got) is type(exp) is np.ndarray and got.shape == exp.shape
+        assert got.dtype == exp.dtype
+    u = jitops.elementwise(lambda p, q: p * q)
+    assert type(u(np.float32(2.0), 3.0, out=...)) is np.ndarray
+
+
+def test_ragged_lists_are_numpys_value_error():
+    with pytest.raises(ValueError) as numpys:
+        np.add([[1.0], [1.0, 2.0]], 1.0)
+    with pytest.raises(ValueError, match="x cannot be converted"):
+        jitops.add([[1.0], [1.0, 2.0]], 1.0)
+    assert numpys.type is ValueError
+
+
+# -- Paddle ------------------------------------------------------------------------------------
+
+PADDLE_DTYPES = ["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32",
+                 "float64", "complex64", "complex128"]
+
+
+def _paddle():
+    return pytest.importorskip("paddle", reason="paddlepaddle is in the test extra where wheels "
+                                                "exist")
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("dtype", PADDLE_DTYPES)
+def test_paddle_tensors_against_paddles_own_ops(op, dtype):
+    """Paddle tensors in, Paddle tensors out: NumPy's values and dtypes on the same data (the
+    contract), and Paddle's own op's wherever Paddle computes the pair (on integers, bar
+    ``divide``, ``fmax`` and ``fmin``, where Paddle's answers are not NumPy's)."""
+    paddle = _paddle()
+    rng = np.random.default_rng(7)
+    x, y = sample(rng, (3, 4), dtype), sample(rng, (4,), dtype)
+    px, py = paddle.to_tensor(x), paddle.to_tensor(y)
+    if not valid(op, dtype):
+        with pytest.raises(TypeError):
+            getattr(jitops, op)(px, py)
+        return
+    got = getattr(jitops, op)(px, py)
+    assert isinstance(got, paddle.Tensor) and got.place.is_cpu_place()
+    with np.errstate(all="ignore"):
+        want = getattr(np, op)(x, y)
+    ours = got.numpy()
+    assert ours.dtype == want.dtype
+    tol = np.dtype(dtype).kind == "c" and op in ("multiply", "divide")
+    check = (lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5)) if tol \
+        else np.testing.assert_array_equal
+    check(ours, want)
+    if np.dtype(dtype).kind in "biu" and op in ("divide", "fmax", "fmin"):
+        return  # Paddle's divide gives float32 here, and its fmax/fmin round int32 through a
+        # float (fmax(1073741823, x) = 1073741824): NumPy's answers are jitops' contract
+    try:
+        theirs = getattr(paddle, op)(px, py)
+    except Exception:  # noqa: BLE001 -- a pair Paddle's own op does not take
+        return
+    assert str(theirs.dtype) == str(got.dtype)
+    check(ours, theirs.numpy())
+
+
+def test_paddle_zero_copy_both_ways_and_out():
+    paddle = _paddle()
+    t = paddle.to_tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    r = jitops.subtract(t, 1.0)
+    assert isinstance(r, paddle.Tensor)
+    view = np.from_dlpack(r)
+    view[0, 0] = 42.0  # the tensor is the array jitops wrote
+    assert float(r[0, 0]) == 42.0
+    assert jitops.multiply(t, 2.0, out=t) is t  # read and written in place
+    assert t.numpy().tolist() == [[0, 2, 4], [6, 8, 10]]
+    o = paddle.zeros([2, 3])
+    assert jitops.elementwise_add(t, paddle.ones([3]), out=o) is o
+    assert o.numpy().tolist() == [[1, 3, 5], [7, 9, 11]]
+    # pdpd on Paddle tensors, fused act
+    x = paddle.to_tensor(np.ones((2, 3, 4), np.float32))
+    y = paddle.to_tensor(np.full(3, 2.0, np.float32))
+    r = jitops.elementwise_sub(x, y, axis=1, act="relu")
+    assert isinstance(r, paddle.Tensor) and r.shape == [2, 3, 4] and float(r.sum()) == 0.0
+    # mixed with NumPy: the Paddle tensor decides the result's kind
+    assert isinstance(jitops.add(np.ones(3, np.float32), paddle.ones([3])), paddle.Tensor)
+    # 0-d stays a tensor
+    z = jitops.add(paddle.to_tensor(1.5), paddle.to_tensor(2.0))
+    assert isinstance(z, paddle.Tensor) and float(z) == 3.5
+
+
+def test_paddle_tensors_never_computed_on_their_bits():
+    paddle = _paddle()
+    x = paddle.to_tensor([1.0, 0.0, 3.0]).astype("bfloat16")
+    with pytest.raises(TypeError, match="bfloat16"):
+        jitops.subtract(x, x)
+    g = paddle.to_tensor([1.0, 2.0], stop_gradient=False)
+    with pytest.raises(TypeError, match="gradients"):
+        jitops.add(g, 1.0)
+    u = paddle.to_tensor(np.array([1, 2], np.uint8))
+    with pytest.raises(TypeError, match="uint16 has no Paddle"):
+        jitops.add(u, np.array([1, 2], np.uint16))
+
+
+# -- OpenVINO ----------------------------------------------------------------------------------
+
+
+def _ov():
+    return pytest.importorskip("openvino", reason="openvino is in the test extra where wheels "
+                                                  "exist")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int32", "int64", "uint8"])
+@pytest.mark.parametrize("shapes", [((2, 3), (2, 3)), ((2, 3, 4), (4,)), ((4, 1), (1, 5))])
+def test_openvino_tensors_against_a_compiled_subtract(dtype, shapes):
+    ov = _ov()
+    from openvino import opset13 as ops
+
+    # Values where OpenVINO's CPU plugin is exact (SEMANTICS.md: it computes int64 as int32
+    # and saturates int8/uint8): jitops gives NumPy's wrap-around beyond them
+    rng = np.random.default_rng(3)
+    lo = 0 if dtype == "uint8" else -60
+    x = rng.integers(lo + 60, 120, shapes[0]).astype(dtype)
+    y = rng.integers(0, 60, shapes[1]).astype(dtype)
+    if np.dtype(dtype).kind == "f":
+        x, y = x + 0.25, y * 1.5
+    px = ops.parameter(list(x.shape), ov.Type(np.dtype(dtype)))
+    py = ops.parameter(list(y.shape), ov.Type(np.dtype(dtype)))
+    model = ov.Model([ops.subtract(px, py, auto_broadcast="numpy")], [px, py])
+    compiled = ov.Core().compile_model(model, "CPU", {"INFERENCE_PRECISION_HINT": "f32"})
+    tx, ty = ov.Tensor(x, shared_memory=True), ov.Tensor(y, shared_memory=True)
+    theirs = compiled([tx, ty])[0]
+    got = jitops.subtract(tx, ty)
+    assert isinstance(got, ov.Tensor) and got.element_type == ov.Type(np.dtype(dtype))
+    with np.errstate(all="ignore"):
+        np.testing.assert_array_equal(got.data, np.subtract(x, y))
+    if dtype != "float16":  # OpenVINO's CPU plugin computes f16 in f32 (SEMANTICS.md)
+        np.testing.assert_array_equal(got.data, theirs)
+
+
+def test_openvino_zero_copy_and_out():
+    ov = _ov()
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = ov.Tensor(a, shared_memory=True)
+    assert jitops.add(t, 1.0, out=t) is t and a.tolist() == [[1, 2, 3], [4, 5, 6]]
+    r = jitops.multiply(t, t)
+    r.data[0, 0] = -1.0  # the tensor shares the result jitops wrote
+    assert r.data[0, 0] == -1.0
+    bf = ov.Tensor(ov.Type.bf16, [3])
+    with pytest.raises(TypeError, match="bf16"):
+        jitops.add(bf, 1.0)
+
+
+# -- any other DLPack producer -----------------------------------------------------------------
+
+
+class OnlyDLPack:
+    """An object offering nothing but DLPack (as array-api-strict's arrays)."""
+
+    def __init__(self, a):
+        self._a = a
+
+    def __dlpack__(self, **kw):
+        return self._a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self._a.__dlpack_device__()
+
+
+def test_a_dlpack_object_is_read_in_place():
+    a = np.arange(4.0)
+    r = jitops.subtract(OnlyDLPack(a), 1.0)
+    assert type(r) is np.ndarray and r.tolist() == [-1.0, 0.0, 1.0, 2.0]
+    o = np.empty(4)
+    assert jitops.add(OnlyDLPack(a), OnlyDLPack(a), out=o) is o and o.tolist() == [0, 2, 4, 6]
+    z = jitops.add(OnlyDLPack(np.array(2.0)), 1.0)
+    assert type(z) is np.float64 and z == 3.0
