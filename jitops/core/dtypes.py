@@ -1,11 +1,18 @@
 """dtype rules: which dtypes each op takes, NumPy 2 promotion with weak Python scalars.
 
-Pure NumPy; no Numba. The kernels compute in ``compute_dtype`` (float32 for float16, since
-Numba's CPU target has no float16 arithmetic) and store the ``result`` dtype.
+Pure NumPy; no Numba. The kernels compute in ``compute_dtype`` (float32 for float16 and
+bfloat16, since Numba's CPU target has neither) and store the ``result`` dtype.
+
+bfloat16 is ml_dtypes' NumPy dtype (JAX's; PyTorch's and Paddle's bfloat16 tensors are read
+as it): a bfloat16 array exists only once ml_dtypes is imported, so nothing here imports it.
+It promotes as float16 does in NumPy 2 -- with bool, int8 and uint8 and weak Python numbers it
+stays bfloat16, with wider integers it becomes float32 or float64 -- and beside float16 it is
+float32 (ml_dtypes itself has no common type for those pairs).
 """
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,15 +47,44 @@ class DTypes:
     compute: np.dtype  # what the scalar op runs in
 
 
+_F16 = np.dtype(np.float16)
+_F32 = np.dtype(np.float32)
+
+
+def bfloat16() -> np.dtype | None:
+    """ml_dtypes' bfloat16 dtype, or None while ml_dtypes is not imported (no array can have
+    that dtype then)."""
+    ml = sys.modules.get("ml_dtypes")
+    t = getattr(ml, "bfloat16", None)
+    return None if t is None else np.dtype(t)
+
+
+def is_bfloat16(dt) -> bool:
+    return isinstance(dt, np.dtype) and dt.kind == "V" and dt.name == "bfloat16" \
+        and dt.type.__module__.split(".")[0] == "ml_dtypes"
+
+
+def promote(*kinds) -> np.dtype:
+    """``numpy.result_type`` of dtypes and weak Python scalars, bfloat16 promoting as float16
+    does (and beside float16 as float32)."""
+    if not any(is_bfloat16(k) for k in kinds):
+        return np.result_type(*kinds)
+    half = any(isinstance(k, np.dtype) and k == _F16 for k in kinds)
+    r = np.result_type(*[_F16 if is_bfloat16(k) else k for k in kinds])
+    if r == _F16:
+        return _F32 if half else bfloat16()
+    return r
+
+
 def compute_dtype(dt: np.dtype) -> np.dtype:
-    """What the kernels compute in for values of dtype ``dt``: float16 in float32 (Numba's CPU
-    target has no float16 arithmetic), everything else as it is."""
-    return np.dtype(np.float32) if dt == np.float16 else dt
+    """What the kernels compute in for values of dtype ``dt``: float16 and bfloat16 in float32
+    (Numba's CPU target has no arithmetic of either), everything else as it is."""
+    return _F32 if dt == _F16 or is_bfloat16(dt) else dt
 
 
 def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
     """TypeError naming the dtype if jitops does not compute on it."""
-    if dt not in _SUPPORTED_SET:
+    if dt not in _SUPPORTED_SET and not is_bfloat16(dt):
         kind = {
             "O": "object", "U": "string", "S": "bytes", "M": "datetime", "m": "timedelta",
             "V": "void/structured",
@@ -64,7 +100,7 @@ def check_dtype(dt: np.dtype, what: str, fname: str) -> None:
             label = f"{kind} dtype {dt}" if kind else f"dtype {dt}"
         raise TypeError(
             f"jitops.{fname}: {what} has unsupported {label}; supported dtypes are bool, "
-            "int8-64, uint8-64, float16/32/64 and complex64/128"
+            "int8-64, uint8-64, float16/32/64, bfloat16 (ml_dtypes) and complex64/128"
         )
 
 
@@ -139,11 +175,15 @@ def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.d
         (np.dtype(bool) if type(v) is bool else type(v)) if w else np.dtype(getattr(v, "dtype", v))
         for v, w in zip((xv, yv), weak)
     )
+    bf = any(is_bfloat16(d) for d in slots)
+    if bf:  # NumPy's float16 loops decide, as bfloat16 promotes like float16
+        slots = tuple(_F16 if is_bfloat16(d) else d for d in slots)
     try:
         loop = uf.resolve_dtypes(slots + (None,))
     except TypeError:
         return common
-    return loop[0] if weak[0] else loop[1]
+    dt = loop[0] if weak[0] else loop[1]
+    return bfloat16() if bf and dt == _F16 else dt
 
 
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
@@ -162,7 +202,7 @@ def user_result(common: np.dtype, returned: np.dtype) -> np.dtype:
     """
     if returned.kind == "b":
         return returned
-    if _KIND_RANK[returned.kind] <= _KIND_RANK[common.kind]:
+    if _KIND_RANK[returned.kind] <= _KIND_RANK["f" if is_bfloat16(common) else common.kind]:
         return common
     if returned.kind == "c" and common.kind == "f":
         return np.dtype(np.complex128 if common == np.float64 else np.complex64)
@@ -176,7 +216,7 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
     true division of integers or bools gives float64; bool subtract and complex min/max are
     TypeErrors, as in NumPy (which has no complex ``fmin`` loop in this library's contract).
     """
-    common = np.result_type(xv, yv)  # every pair of supported dtypes promotes (SPEC 2)
+    common = promote(xv, yv)  # every pair of supported dtypes promotes (SPEC 2)
     result = common
     if op == "divide" and common.kind in "biu":
         result = np.dtype(np.float64)

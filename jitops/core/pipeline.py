@@ -34,6 +34,7 @@ from .dtypes import (
     compute_dtype,
     implementation,
     kernel_op,
+    promote,
     resolve,
     weak_scalar_dtype,
 )
@@ -302,7 +303,7 @@ def _dtypes(op: str | UserOp, operands, kinds, fname: str, act):
     scalars themselves. A built-in op follows its NumPy loop table; a user op promotes its
     inputs together (NumPy 2) and computes in that dtype (float16 in float32)."""
     if not isinstance(op, str):
-        common = np.result_type(*kinds)  # checked dtypes always promote
+        common = promote(*kinds)  # checked dtypes always promote
         compute = compute_dtype(common)
         return op, DTypes(op.result_dtype(common, compute, fname), compute), common
     key = (op, act, *[type(k) if type(k) in WEAK else k for k in kinds])
@@ -316,7 +317,7 @@ def _dtypes(op: str | UserOp, operands, kinds, fname: str, act):
 
 
 def _resolve_builtin(op: str, kinds, fname: str, act):
-    common = np.result_type(*kinds)
+    common = promote(*kinds)
     kop = kernel_op(op, common)
     dt = resolve(kop, *kinds, fname, act)
     return kop, dt, weak_scalar_dtype(kop, *kinds, common)

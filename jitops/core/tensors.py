@@ -14,11 +14,13 @@ DLPack      ``numpy.from_dlpack``       a NumPy array (JAX, array-api-strict, ..
 
 A call whose operands include such tensors returns the kind of the first of them (``out``
 first: a tensor ``out`` is written in place and returned). A 0-d result stays a 0-d tensor.
-Refused with a TypeError naming why, never copied or reinterpreted: a tensor that records
-gradients (jitops records no autograd graph), a dtype NumPy has no twin for (bfloat16, float8,
-int4 -- whose raw bits some frameworks hand over as integers), a result dtype the framework has
-no tensor of (Paddle has no uint16), a device other than the CPU (CUDA arrays go to the CUDA
-backend before this module is asked).
+bfloat16 tensors (PyTorch, Paddle) are read as their 16-bit words viewed as ml_dtypes'
+bfloat16 -- computed as values, never as integers -- and answered the same way. Refused with a
+TypeError naming why, never copied or reinterpreted: a tensor that records gradients (jitops
+records no autograd graph), a dtype NumPy and ml_dtypes have no twin for here (float8, int4 --
+whose raw bits some frameworks hand over as integers; OpenVINO's bf16, whose ``.data`` shows
+as float16), a result dtype the framework has no tensor of (Paddle has no uint16), a device
+other than the CPU (CUDA arrays go to the CUDA backend before this module is asked).
 
 No framework is imported here: a tensor exists only once its library is.
 """
@@ -31,7 +33,19 @@ from typing import Any
 
 import numpy as np
 
+from .dtypes import is_bfloat16
+
 _ND = np.ndarray
+
+
+def _ml_bfloat16(name: str, fname: str) -> np.dtype:
+    """ml_dtypes' bfloat16, the NumPy dtype a framework's bfloat16 tensor is read as."""
+    try:
+        import ml_dtypes
+    except ImportError:
+        raise TypeError(f"jitops.{fname}: {name} is a bfloat16 tensor; jitops reads it as "
+                        f"ml_dtypes' bfloat16 dtype: pip install ml_dtypes") from None
+    return np.dtype(ml_dtypes.bfloat16)
 
 
 def _root(t: type) -> str:
@@ -58,15 +72,21 @@ class _Torch:
         if v.requires_grad:
             raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor that requires grad, and "
                             f"jitops records no autograd graph; pass {name}.detach()")
+        torch = sys.modules["torch"]
         try:
+            if v.dtype == torch.bfloat16:  # its 16-bit words, as ml_dtypes' bfloat16
+                return v.view(torch.int16).numpy().view(_ml_bfloat16(name, fname))
             return v.numpy()
-        except (TypeError, RuntimeError) as e:  # bfloat16, conjugate or negative bit, ...
+        except (TypeError, RuntimeError) as e:  # float8, conjugate or negative bit, ...
             raise TypeError(f"jitops.{fname}: {name} is a torch.Tensor of dtype {v.dtype} that "
                             f"NumPy cannot hold: {e}") from None
 
     @staticmethod
     def wrap(result: np.ndarray, fname: str):
-        return sys.modules["torch"].from_numpy(result)
+        torch = sys.modules["torch"]
+        if is_bfloat16(result.dtype):
+            return torch.from_numpy(result.view(np.int16)).view(torch.bfloat16)
+        return torch.from_numpy(result)
 
 
 #: NumPy dtypes Paddle has tensors of (it reads a uint16 DLPack tensor as bfloat16).
@@ -94,20 +114,26 @@ class _Paddle:
             raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor that records gradients "
                             f"(stop_gradient=False), and jitops records no autograd graph; "
                             f"pass {name}.detach()")
+        paddle = sys.modules["paddle"]
         try:
-            a = np.from_dlpack(v)
-        except (TypeError, RuntimeError, BufferError) as e:  # bfloat16, float8: no NumPy twin
+            if dt == "bfloat16":  # its 16-bit words (paddle.view), as ml_dtypes' bfloat16
+                return np.from_dlpack(paddle.view(v, paddle.int16)).view(
+                    _ml_bfloat16(name, fname))
+            return np.from_dlpack(v)
+        except (TypeError, RuntimeError, BufferError) as e:  # float8: no NumPy twin
             raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor of dtype {dt}, which "
                             f"NumPy has no dtype for ({e}); cast it first "
                             f"({name}.astype('float32')) and back after") from None
-        return a
 
     @staticmethod
     def wrap(result: np.ndarray, fname: str):
+        paddle = sys.modules["paddle"]
+        if is_bfloat16(result.dtype):  # Paddle reads a uint16 DLPack tensor as bits, not values
+            return paddle.view(paddle.from_dlpack(result.view(np.int16)), paddle.bfloat16)
         if result.dtype not in _PADDLE_DTYPES:
             raise TypeError(f"jitops.{fname}: the result dtype {result.dtype} has no Paddle "
                             f"tensor type; cast an operand first")
-        return sys.modules["paddle"].from_dlpack(result)
+        return paddle.from_dlpack(result)
 
 
 class _OpenVINO:

@@ -1,4 +1,4 @@
-"""float16 on Numba's CPU target, which has no float16 type at all.
+"""float16 and bfloat16 on Numba's CPU target, which has neither type.
 
 float16 operands travel as their uint16 bit patterns; these two intrinsics convert with LLVM's
 ``fpext``/``fptrunc`` between float16 and float32 (hardware F16C on x86-64), which is bit-exact
@@ -11,6 +11,10 @@ compiler-rt function that a JIT finds only if some library happened to make it g
 to float32 *rounding to odd* (truncate, then set the last bit if anything was cut), which
 keeps enough information for the single correct rounding to float16 that follows: the
 result equals a direct round-to-nearest-even conversion (24 bits >= 11 + 2).
+
+bfloat16 is the top half of a float32: widening is a shift, narrowing rounds the low 16 bits
+to nearest even in integer arithmetic (a NaN keeps its sign and top bits, quieted only if
+those would read as an infinity), from float64 through the same round-to-odd float32.
 """
 
 from __future__ import annotations
@@ -66,3 +70,45 @@ def _to_float_round_to_odd(builder, d):
     bits = builder.select(away, builder.sub(bits, ir.Constant(i32, 1)), bits)
     bits = builder.select(inexact, builder.or_(bits, ir.Constant(i32, 1)), bits)
     return builder.bitcast(bits, f32)
+
+
+@intrinsic
+def bfloat_to_float(typingctx, bits):
+    """bfloat16 bit pattern (uint16) -> float32 value."""
+    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+        return None
+    sig = types.float32(bits)
+
+    def codegen(context, builder, signature, args):
+        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
+        return builder.bitcast(wide, ir.FloatType())
+
+    return sig, codegen
+
+
+@intrinsic
+def float_to_bfloat(typingctx, value):
+    """float32 (or float64) value -> bfloat16 bit pattern, rounded to nearest even once."""
+    if not isinstance(value, types.Float):
+        return None
+    sig = types.uint16(value)
+
+    def codegen(context, builder, signature, args):
+        v = args[0]
+        if value.bitwidth == 64:
+            v = _to_float_round_to_odd(builder, v)
+        i32 = ir.IntType(32)
+        bits = builder.bitcast(v, i32)
+        lsb = builder.and_(builder.lshr(bits, ir.Constant(i32, 16)), ir.Constant(i32, 1))
+        rounded = builder.add(builder.add(bits, ir.Constant(i32, 0x7FFF)), lsb)
+        # a NaN is not rounded: its top bits as they are (min/max pass an input's NaN through
+        # unchanged, as NumPy's float16 and ml_dtypes' loops do), made quiet only where its
+        # payload lies in the bits cut off (it would read as an infinity)
+        top = builder.and_(bits, ir.Constant(i32, 0x007F0000))
+        empty = builder.icmp_unsigned("==", top, ir.Constant(i32, 0))
+        quiet = builder.select(empty, builder.or_(bits, ir.Constant(i32, 0x00400000)), bits)
+        nan = builder.fcmp_unordered("uno", v, v)
+        out = builder.lshr(builder.select(nan, quiet, rounded), ir.Constant(i32, 16))
+        return builder.trunc(out, ir.IntType(16))
+
+    return sig, codegen

@@ -66,7 +66,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
 from . import cache, pool, registries
-from .half import float_to_half, half_to_float
+from .half import bfloat_to_float, float_to_bfloat, float_to_half, half_to_float
 from .jit import ENTRY, driver, inner, wrapper
 from .kernels import (
     _LL32,
@@ -399,6 +399,8 @@ def _load_expr(dtype: str, word: str) -> str:
     reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``."""
     if dtype == "float16":
         return f"T(half_to_float({word}))"
+    if dtype == "bfloat16":
+        return f"T(bfloat_to_float({word}))"
     if dtype == "bool":
         return f"T({word} != 0)"
     return f"T({word})"
@@ -407,9 +409,9 @@ def _load_expr(dtype: str, word: str) -> str:
 def _store_expr(out: str, ret, value: str) -> str:
     """Source of: the returned value -> the result's storage word (integers wrap, floats
     round once; a bool is stored as 0 or 1)."""
-    if out == "float16":
-        return f"float_to_half({value})" if isinstance(ret, types.Float) \
-            else f"float_to_half(F64({value}))"
+    if out in ("float16", "bfloat16"):
+        fn = "float_to_half" if out == "float16" else "float_to_bfloat"
+        return f"{fn}({value})" if isinstance(ret, types.Float) else f"{fn}(F64({value}))"
     if out == "bool":
         return f"to_bool_byte({value})"
     return f"OUT({value})"
@@ -429,10 +431,11 @@ def _element_of(spec: UserSpecType):
             raise TypeError(f"jitops: no user function registered as {spec.fn_key}")
         n = len(spec.inputs)
         ret = return_type(fn, np.dtype(spec.compute), n)
-        out_t = types.boolean if spec.out == "bool" else from_dtype(np.dtype(spec.out))
+        out_t = types.boolean if spec.out == "bool" else storage(spec.out)
         ns = {"FN": compiled_function(fn), "T": from_dtype(np.dtype(spec.compute)),
               "OUT": out_t, "F64": types.float64, "half_to_float": half_to_float,
-              "float_to_half": float_to_half, "to_bool_byte": to_bool_byte}
+              "float_to_half": float_to_half, "bfloat_to_float": bfloat_to_float,
+              "float_to_bfloat": float_to_bfloat, "to_bool_byte": to_bool_byte}
         source = _element_source(n, spec.inputs, spec.out, ret)
         exec(compile(source, f"<jitops user op element, {n} inputs>", "exec"), ns)
         disp = _ELEMENTS[key] = inner(ns["element"])
@@ -457,7 +460,7 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
     if not isinstance(spec, UserSpecType):
         return None
     n_in = len(spec.inputs)
-    stores = [storage(np.dtype(spec.out))] + [storage(np.dtype(d)) for d in spec.inputs]
+    stores = [storage(spec.out)] + [storage(d) for d in spec.inputs]
     el_ty = typingctx.resolve_value_type(_element_of(spec))
     el_sig = typingctx.resolve_function_type(el_ty, tuple(stores[1:]), {})
     if el_sig is None:

@@ -8,8 +8,9 @@ in every process the cache index hits (function-typed arguments would not: their
 embed addresses, and the cache would grow by one entry per process).
 
 The overloads below turn a spec into code at compile time: typed data pointers, the load
-(float16 bits -> float32, otherwise a cast to the compute type), the scalar op and activation
-from :mod:`jitops.core.scalar`, and the store (float32 -> float16 bits, bool -> 0/1).
+(float16 and bfloat16 bits -> float32, otherwise a cast to the compute type), the scalar op
+and activation from :mod:`jitops.core.scalar`, and the store (float32 -> float16 or bfloat16
+bits, bool -> 0/1).
 """
 
 from __future__ import annotations
@@ -30,20 +31,22 @@ from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
 from ..core.dtypes import act_dtype
-from .half import float_to_half, half_to_float
+from .half import bfloat_to_float, float_to_bfloat, float_to_half, half_to_float
 from .jit import INNER, inner
 
 _BOOL = np.dtype(bool)
 _HALF = np.dtype(np.float16)
 
 
-def storage(dt: np.dtype):
-    """Numba type of the memory words of dtype ``dt`` (bool is a byte, float16 two bytes)."""
-    if dt == _BOOL:
+def storage(dt: np.dtype | str):
+    """Numba type of the memory words of dtype ``dt`` (bool is a byte, float16 and bfloat16
+    two bytes); a dtype or its name."""
+    name = dt if isinstance(dt, str) else dt.name
+    if name == "bool":
         return types.uint8
-    if dt == _HALF:
+    if name in ("float16", "bfloat16"):
         return types.uint16
-    return from_dtype(dt)
+    return from_dtype(np.dtype(dt))
 
 
 class KernelSpecType(types.Dummy):
@@ -161,7 +164,7 @@ def pointers(typingctx, spec, po, px, py):
     """(out, x, y) typed data pointers for ``spec``'s storage types."""
     if not isinstance(spec, KernelSpecType):
         return None
-    tys = [types.CPointer(storage(np.dtype(n))) for n in (spec.out, spec.x, spec.y)]
+    tys = [types.CPointer(storage(n)) for n in (spec.out, spec.x, spec.y)]
     sig = types.Tuple(tys)(spec, po, px, py)
 
     def codegen(context, builder, signature, args):
@@ -262,6 +265,8 @@ def load_word(dtype: str):
     whatever it holds (NumPy reads every nonzero byte as True); others as they are."""
     if dtype == "float16":
         return half_to_float
+    if dtype == "bfloat16":
+        return bfloat_to_float
     if dtype == "bool":
         return to_bool_byte
     return _identity
@@ -278,6 +283,8 @@ def _ov_element(spec, a, b):
     load_x, load_y = load_word(spec.x), load_word(spec.y)
     if spec.out == "float16":
         store = float_to_half
+    elif spec.out == "bfloat16":
+        store = float_to_bfloat
     elif spec.out == "bool":
         store = to_bool_byte
     else:

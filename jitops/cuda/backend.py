@@ -30,6 +30,7 @@ import numpy as np
 from numba import cuda
 
 from ..core import device as _device
+from ..core.dtypes import is_bfloat16
 from ..core.pipeline import PreparedCall, element_strides, in_place
 from ..core.plan import CONTIG, contiguous_strides, make_plan
 from . import arrays, kernels
@@ -336,6 +337,9 @@ def _spec(call: PreparedCall, mem: CudaMemory) -> CudaSpec:
 
 def launch(call: PreparedCall, mem: CudaMemory) -> None:
     """Run a prepared call on the GPU (the pipeline made every operand a CUDA array)."""
+    if is_bfloat16(call.dtypes.result) or any(is_bfloat16(mem.dtype(a)) for a in call.inputs):
+        raise TypeError(f"jitops.{call.fname}: bfloat16 runs on the CPU backend only (the CUDA "
+                        f"kernels have no bfloat16 loads and stores yet)")
     if not call.plan.size:
         return
     _run(mem, _spec(call, mem), call.plan, call.target, *call.inputs)
