@@ -24,37 +24,6 @@ from numba import types
 from numba.extending import intrinsic
 
 
-@intrinsic
-def half_to_float(typingctx, bits):
-    """uint16 bit pattern -> float32 value."""
-    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
-        return None
-    sig = types.float32(bits)
-
-    def codegen(context, builder, signature, args):
-        h = builder.bitcast(args[0], ir.HalfType())
-        return builder.fpext(h, ir.FloatType())
-
-    return sig, codegen
-
-
-@intrinsic
-def float_to_half(typingctx, value):
-    """float32 (or float64) value -> uint16 bit pattern, rounded to nearest even once."""
-    if not isinstance(value, types.Float):
-        return None
-    sig = types.uint16(value)
-
-    def codegen(context, builder, signature, args):
-        v = args[0]
-        if isinstance(value, types.Float) and value.bitwidth == 64:
-            v = _to_float_round_to_odd(builder, v)
-        h = builder.fptrunc(v, ir.HalfType())
-        return builder.bitcast(h, ir.IntType(16))
-
-    return sig, codegen
-
-
 def _to_float_round_to_odd(builder, d):
     """float64 -> float32 rounded to odd: the nearest float32 toward zero, its last bit set
     when the conversion was inexact. NaN and infinities convert as they are; a value beyond
@@ -72,43 +41,80 @@ def _to_float_round_to_odd(builder, d):
     return builder.bitcast(bits, f32)
 
 
-@intrinsic
-def bfloat_to_float(typingctx, bits):
-    """bfloat16 bit pattern (uint16) -> float32 value."""
-    if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
-        return None
-    sig = types.float32(bits)
 
-    def codegen(context, builder, signature, args):
-        wide = builder.shl(builder.zext(args[0], ir.IntType(32)), ir.Constant(ir.IntType(32), 16))
-        return builder.bitcast(wide, ir.FloatType())
+def _widening(name: str, doc: str, widen):
+    """An intrinsic: a 16-bit pattern (uint16) -> its float32 value, ``widen(builder, i16)``."""
 
-    return sig, codegen
+    def fn(typingctx, bits):
+        if not isinstance(bits, types.Integer) or bits.bitwidth != 16:
+            return None
+
+        def codegen(context, builder, signature, args):
+            return widen(builder, args[0])
+
+        return types.float32(bits), codegen
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return intrinsic(fn)
 
 
-@intrinsic
-def float_to_bfloat(typingctx, value):
-    """float32 (or float64) value -> bfloat16 bit pattern, rounded to nearest even once."""
-    if not isinstance(value, types.Float):
-        return None
-    sig = types.uint16(value)
+def _narrowing(name: str, doc: str, narrow):
+    """An intrinsic: a float32 or float64 value -> a 16-bit pattern (uint16), rounded to
+    nearest even once: ``narrow(builder, float32)``, float64 first narrowed to odd."""
 
-    def codegen(context, builder, signature, args):
-        v = args[0]
-        if value.bitwidth == 64:
-            v = _to_float_round_to_odd(builder, v)
-        i32 = ir.IntType(32)
-        bits = builder.bitcast(v, i32)
-        lsb = builder.and_(builder.lshr(bits, ir.Constant(i32, 16)), ir.Constant(i32, 1))
-        rounded = builder.add(builder.add(bits, ir.Constant(i32, 0x7FFF)), lsb)
-        # a NaN is not rounded: its top bits as they are (min/max pass an input's NaN through
-        # unchanged, as NumPy's float16 and ml_dtypes' loops do), made quiet only where its
-        # payload lies in the bits cut off (it would read as an infinity)
-        top = builder.and_(bits, ir.Constant(i32, 0x007F0000))
-        empty = builder.icmp_unsigned("==", top, ir.Constant(i32, 0))
-        quiet = builder.select(empty, builder.or_(bits, ir.Constant(i32, 0x00400000)), bits)
-        nan = builder.fcmp_unordered("uno", v, v)
-        out = builder.lshr(builder.select(nan, quiet, rounded), ir.Constant(i32, 16))
-        return builder.trunc(out, ir.IntType(16))
+    def fn(typingctx, value):
+        if not isinstance(value, types.Float):
+            return None
 
-    return sig, codegen
+        def codegen(context, builder, signature, args):
+            v = args[0]
+            if value.bitwidth == 64:
+                v = _to_float_round_to_odd(builder, v)
+            return narrow(builder, v)
+
+        return types.uint16(value), codegen
+
+    fn.__name__ = fn.__qualname__ = name
+    fn.__doc__ = doc
+    return intrinsic(fn)
+
+
+def _half_widen(builder, bits):
+    return builder.fpext(builder.bitcast(bits, ir.HalfType()), ir.FloatType())
+
+
+def _half_narrow(builder, v):
+    return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
+
+
+def _bfloat_widen(builder, bits):
+    i32 = ir.IntType(32)
+    return builder.bitcast(builder.shl(builder.zext(bits, i32), ir.Constant(i32, 16)),
+                           ir.FloatType())
+
+
+def _bfloat_narrow(builder, v):
+    i32 = ir.IntType(32)
+    bits = builder.bitcast(v, i32)
+    lsb = builder.and_(builder.lshr(bits, ir.Constant(i32, 16)), ir.Constant(i32, 1))
+    rounded = builder.add(builder.add(bits, ir.Constant(i32, 0x7FFF)), lsb)
+    # a NaN is not rounded: its top bits as they are (min/max pass an input's NaN through
+    # unchanged, as NumPy's float16 and ml_dtypes' loops do), made quiet only where its
+    # payload lies in the bits cut off (it would read as an infinity)
+    top = builder.and_(bits, ir.Constant(i32, 0x007F0000))
+    empty = builder.icmp_unsigned("==", top, ir.Constant(i32, 0))
+    quiet = builder.select(empty, builder.or_(bits, ir.Constant(i32, 0x00400000)), bits)
+    nan = builder.fcmp_unordered("uno", v, v)
+    out = builder.lshr(builder.select(nan, quiet, rounded), ir.Constant(i32, 16))
+    return builder.trunc(out, ir.IntType(16))
+
+
+half_to_float = _widening("half_to_float", "float16 bits (uint16) -> float32 value.",
+                          _half_widen)
+float_to_half = _narrowing("float_to_half", "float32 (or float64) -> float16 bits (uint16).",
+                           _half_narrow)
+bfloat_to_float = _widening("bfloat_to_float", "bfloat16 bits (uint16) -> float32 value.",
+                            _bfloat_widen)
+float_to_bfloat = _narrowing("float_to_bfloat",
+                             "float32 (or float64) -> bfloat16 bits (uint16).", _bfloat_narrow)
