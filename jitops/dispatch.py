@@ -36,6 +36,7 @@ from .dask import backend as dask
 
 _ND = np.ndarray
 _OK = cpu.OK
+_FP_RAISED = cpu.kernels.FP_RAISED
 _ref = cpu.ref
 _num_threads = parallel.num_threads
 _launch = parallel.launch
@@ -101,6 +102,9 @@ def public_op(op: str, fname: str):
             if status == _OK:
                 return target
             if status is not None:
+                if status >= _FP_RAISED:  # written: NumPy's errstate decides the rest
+                    launch.report(status, fname)
+                    return target
                 launch.check(status, fname, out)  # raises if a task failed
             # not those arrays any more (or misaligned, overlapping, read-only): the key
         if device is None and type(axis) is int:
@@ -125,9 +129,11 @@ def public_op(op: str, fname: str):
                         if pmeta is not None:  # serial: the compiled driver, nothing between
                             status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y),
                                                   pmeta)
-                            if status == _OK:
+                            if status == _OK or status >= _FP_RAISED:
                                 memo[0] = _remember(key, launch, target, x, y, out, broadcast,
                                                     axis, act)
+                                if status != _OK:  # written: NumPy's errstate decides
+                                    launch.report(status, fname)
                                 return target
                             launch.check(status, fname, out)  # raises if a task failed
                         elif launch.run(target, x, y, fname, out) == _OK:

@@ -280,7 +280,7 @@ def test_torch_zero_copy_both_ways():
 
 
 @pytest.mark.parametrize("make, match", [
-    (lambda: torch.ones(3, dtype=torch.bfloat16), "bfloat16"),
+    (lambda: torch.ones(3).to(torch.float8_e4m3fn), "float8_e4m3fn"),
     (lambda: torch.ones(3, requires_grad=True), r"requires grad.*detach"),
     (lambda: torch.ones(3, device="meta"), "device 'meta'"),
 ])

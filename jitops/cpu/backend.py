@@ -15,7 +15,7 @@ from functools import lru_cache, partial
 import numba
 import numpy as np
 
-from ..core import config
+from ..core import config, errstate
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
 from . import kernels, nary, parallel, pool, recycle, registries
@@ -245,10 +245,12 @@ class Launch:
     """
 
     __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "direct", "shape", "dtype",
-                 "strides", "x_dtype", "y_dtype", "zero_check", "choice")
+                 "strides", "x_dtype", "y_dtype", "zero_check", "choice", "fp_mask")
 
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
+        #: the floating-point flags this op reports (jitops.core.errstate.mask)
+        self.fp_mask = errstate.mask(spec.op, spec.act)
         # integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
         # from the pipeline): a repeat must find y free of zeros before it launches (run does)
         self.zero_check = spec.op.startswith("trunc_divide")
@@ -274,7 +276,8 @@ class Launch:
             out: np.ndarray | None) -> int:
         """Launch; returns the kernel's status (``kernels.OK``: written, else a check failed
         and nothing was written; ZERO_DIVISOR: y holds a zero where integer division refuses
-        one). A task that failed inside raises: never a silent result."""
+        one). A task that failed inside raises: never a silent result. Floating-point flags
+        are reported (NumPy's errstate, which may raise) and the status is OK."""
         if self.zero_check and not y.all():
             return ZERO_DIVISOR
         return self._run(target, x, y, fname, out)
@@ -296,13 +299,23 @@ class Launch:
                 status = parallel.launch(drivers(kernels.KERNELS, SIG), args, n)
             else:
                 status = self.entry(*args)
-            if kind >= 0 and status == kernels.OK:
+            if kind >= 0 and (status == kernels.OK or status >= kernels.FP_RAISED):
                 chosen = choice.record(kind, _clock() - t0)
                 if chosen is not None:
                     self.task, self.choice = chosen, None
+        if status >= kernels.FP_RAISED:
+            self.report(status, fname)
+            return kernels.OK
         if status == kernels.TASK_FAILED:
             self.check(status, fname, out)
         return status
+
+    def report(self, status: int, fname: str) -> None:
+        """A launch that wrote its result and raised floating-point flags: NumPy's errstate
+        decides (jitops.core.errstate), for the flags this op reports."""
+        flags = status & self.fp_mask
+        if flags:
+            errstate.report(flags, fname)
 
     @staticmethod
     def check(status: int, fname: str, out: np.ndarray | None) -> None:
@@ -388,6 +401,9 @@ class UserLaunch:
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
         if status == kernels.OK:
+            return True
+        if status >= kernels.FP_RAISED:  # written; NumPy's errstate decides the rest
+            errstate.report(status, fname)
             return True
         if status == kernels.TASK_FAILED:
             where = "out is partly written" if out is not None else "no result is returned"

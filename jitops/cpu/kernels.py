@@ -61,6 +61,9 @@ VARIANT_CODES = {CONTIG: V_CONTIG, SCALAR_X: V_SCALAR_X, SCALAR_Y: V_SCALAR_Y,
 #: MISMATCH: an operand object is not the ndarray (type, dtype, shape, strides) the meta's
 #: header checks describe (see :func:`header_checks`; nothing was written).
 OK, MISALIGNED, OVERLAP, TASK_FAILED, READ_ONLY, MISMATCH = 0, 1, 2, 3, 4, 5
+#: Written, and the tasks raised floating-point exceptions: ``FP_RAISED | flags`` (MXCSR's
+#: invalid 0x1, divide-by-zero 0x4, overflow 0x8, underflow 0x10; jitops.core.errstate).
+FP_RAISED = 32
 
 #: Most dims a plan can have after coalescing (NumPy's NPY_MAXDIMS): the size of each task's
 #: odometer, which lives on that task's own stack.
@@ -807,9 +810,37 @@ def _drive(task, oo, ox, oy, pmeta):
         return status
     meta = as_pointer(pmeta, _I64)
     failed = 0
+    # each flag counted apart: a parallel loop reduces sums, not ors
+    invalid = divide = overflow = underflow = 0
     for t in prange(meta[M_NTASKS]):
-        failed += _call_task(task, po, px, py, pmeta, t)
-    return TASK_FAILED if failed else OK
+        r = _call_task(task, po, px, py, pmeta, t)
+        failed += r & 1
+        invalid += (r >> 1) & 1
+        divide += (r >> 3) & 1
+        overflow += (r >> 4) & 1
+        underflow += (r >> 5) & 1
+    return finish(failed, fp_flags(invalid, divide, overflow, underflow))
+
+
+@register_jitable
+def fp_flags(invalid, divide, overflow, underflow):
+    """The MXCSR flags of per-flag task counts."""
+    return ((1 if invalid else 0) | (4 if divide else 0) | (8 if overflow else 0)
+            | (16 if underflow else 0))
+
+
+@register_jitable
+def finish(failed, fp):
+    """A job's status: TASK_FAILED, else OK or ``FP_RAISED | fp``."""
+    if failed:
+        return TASK_FAILED
+    return FP_RAISED | fp if fp else OK
+
+
+@register_jitable
+def finish_job(r):
+    """The status of :func:`jitops.cpu.pool.run_job`'s result."""
+    return finish(r & ((1 << pool.JOB_FP_SHIFT) - 1), r >> pool.JOB_FP_SHIFT)
 
 
 def renamed(fn, name: str):
@@ -836,9 +867,8 @@ def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
     if status != OK:
         return status
     meta = as_pointer(pmeta, _I64)
-    failed = pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta,
-                          meta[M_NTASKS], meta[M_VARIANT] != V_TILED)
-    return TASK_FAILED if failed else OK
+    return finish_job(pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta,
+                                   meta[M_NTASKS], meta[M_VARIANT] != V_TILED))
 
 
 KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "pooled": _kernel_pooled,

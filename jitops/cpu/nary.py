@@ -78,7 +78,6 @@ from .kernels import (
     OK,
     OVERLAP,
     READ_ONLY,
-    TASK_FAILED,
     V_TILED,
     VARIANT_CODES,
     WRITEABLE,
@@ -90,6 +89,9 @@ from .kernels import (
     emit_odometer_step,
     emit_task_span,
     emit_unravel,
+    finish,
+    finish_job,
+    fp_flags,
     renamed,
     stack_words,
     task_geometry,
@@ -626,9 +628,15 @@ def _udrive(task, prefs, pmeta):
     pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
     failed = 0
+    invalid = divide = overflow = underflow = 0  # counted apart (see kernels._drive)
     for t in prange(meta[U_NTASKS]):
-        failed += _call_utask(task, pptrs, pmeta, t)
-    return TASK_FAILED if failed else OK
+        r = _call_utask(task, pptrs, pmeta, t)
+        failed += r & 1
+        invalid += (r >> 1) & 1
+        divide += (r >> 3) & 1
+        overflow += (r >> 4) & 1
+        underflow += (r >> 5) & 1
+    return finish(failed, fp_flags(invalid, divide, overflow, underflow))
 
 
 _ukernel_parallel = njit(parallel=True, **ENTRY)(renamed(_udrive, "_ukernel_parallel"))
@@ -645,9 +653,9 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
         return status
     pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
-    failed = pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta, pool.UNUSED,
-                          pool.UNUSED, meta[U_NTASKS], meta[U_VARIANT] != V_TILED)
-    return TASK_FAILED if failed else OK
+    return finish_job(pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta,
+                                   pool.UNUSED, pool.UNUSED, meta[U_NTASKS],
+                                   meta[U_VARIANT] != V_TILED))
 
 
 KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}

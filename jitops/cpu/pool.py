@@ -69,6 +69,7 @@ C_NRANGES, C_UNIT = 0, 1  # the job's layout: its ranges, and tasks per unit
 C_INFO = 8  # generation << 32 | number of tasks: the job's generation, published last
 C_DONE = 16  # tasks finished in this job
 C_FAILED = 24  # tasks whose compiled code returned an error status
+C_FP = 25  # the floating-point exception flags the job's tasks raised (MXCSR bits, ORed)
 C_SEQ = 32  # the futex word (low 32 bits): bumped once per job
 C_SLEEPERS = 40  # workers inside futex_wait
 C_STOP = 48  # 1: workers return
@@ -174,6 +175,14 @@ def fetch_add(typingctx, base, index, value):
     """Atomic (sequentially consistent) add to int64 word ``index``; returns the old value."""
     def codegen(context, builder, sig, args):
         return builder.atomic_rmw("add", _word(builder, args[0], args[1]), args[2], "seq_cst")
+    return _I64(base, index, value), codegen
+
+
+@intrinsic
+def fetch_or(typingctx, base, index, value):
+    """Atomic (sequentially consistent) or into int64 word ``index``; returns the old value."""
+    def codegen(context, builder, sig, args):
+        return builder.atomic_rmw("or", _word(builder, args[0], args[1]), args[2], "seq_cst")
     return _I64(base, index, value), codegen
 
 
@@ -329,9 +338,39 @@ def _wait_done(ctl, gen, total):
         fetch_add(ctl, C_JOIN_WAITERS, -1)
 
 
+#: Whether the tasks' floating-point exception flags are read (x86-64's MXCSR): NumPy's
+#: ``errstate`` is honoured from them (jitops.core.errstate). Elsewhere none are reported.
+FP_FLAGS = platform.machine().lower() in ("x86_64", "amd64")
+#: MXCSR's sticky exception flags NumPy reports: invalid, divide by zero, overflow, underflow
+#: (not denormal, 0x2, nor inexact, 0x20).
+MXCSR_FLAGS = 0x1D
+
+
+_I8P = ir.IntType(8).as_pointer()
+_MXCSR_FN = ir.FunctionType(ir.VoidType(), [_I8P])
+
+
+def _mxcsr(builder, slot):
+    """MXCSR, read through ``slot`` (an i32 alloca)."""
+    fn = builder.module.declare_intrinsic("llvm.x86.sse.stmxcsr", (), _MXCSR_FN)
+    builder.call(fn, [builder.bitcast(slot, _I8P)])
+    return builder.load(slot)
+
+
+def _clear_flags(builder, slot):
+    """Clear MXCSR's exception flags (bits 0-5), its modes kept."""
+    fn = builder.module.declare_intrinsic("llvm.x86.sse.ldmxcsr", (), _MXCSR_FN)
+    builder.store(builder.and_(_mxcsr(builder, slot), ir.Constant(_i32, ~0x3F)), slot)
+    builder.call(fn, [builder.bitcast(slot, _I8P)])
+
+
 def task_caller(nargs: int):
     """An intrinsic ``call(task, a1, ..., a<nargs>)``: call a compiled task of some spec
-    through its address with ``nargs`` int64 arguments; 1 if it failed, else 0.
+    through its address with ``nargs`` int64 arguments; bit 0: 1 if it failed; the bits above
+    it: the floating-point exception flags the task raised (``MXCSR_FLAGS << 1``).
+
+    The flags are cleared before the call and read after it: the callee is an indirect call,
+    opaque to the optimiser, so none of the task's arithmetic moves across either.
 
     ``task`` is the address of a task's machine code for one spec (see
     ``jitops.cpu.kernels.task_address``), called with Numba's own calling convention; the spec
@@ -350,9 +389,16 @@ def task_caller(nargs: int):
             fnty = context.call_conv.get_function_type(types.int64, argtys)
             fn = builder.inttoptr(llargs[0], fnty.as_pointer())
             null = context.get_constant_null(types.voidptr)
+            slot = cgutils.alloca_once(builder, _i32) if FP_FLAGS else None
+            if FP_FLAGS:
+                _clear_flags(builder, slot)
             status, _ = context.call_conv.call_function(builder, fn, types.int64, argtys,
                                                         [null, *llargs[1:]])
-            return builder.zext(builder.not_(status.is_ok), ir.IntType(64))
+            failed = builder.zext(builder.not_(status.is_ok), _i64)
+            if not FP_FLAGS:
+                return failed
+            flags = builder.and_(_mxcsr(builder, slot), ir.Constant(_i32, MXCSR_FLAGS))
+            return builder.or_(failed, builder.shl(builder.zext(flags, _i64), ir.Constant(_i64, 1)))
 
         return sig, codegen
 
@@ -367,6 +413,8 @@ def task_caller(nargs: int):
 call_binary = task_caller(5)  # (task, po, px, py, pmeta, t)
 call_nary = task_caller(3)  # (task, pptrs, pmeta, t)
 
+#: run_job's result: failed tasks below this bit, the floating-point flags above it.
+JOB_FP_SHIFT = 40
 _LOW = (1 << 32) - 1
 _GEN = (1 << 24) - 1  # a range word's generation bits
 # Typed constants, not literals: a literal argument (a bare 0 or False) makes Numba compile
@@ -384,7 +432,8 @@ MAX_UNITS = _END
 @inner
 def _run_units(ctl, first, count, backwards, unit, total):
     """Run units ``first .. first+count-1`` of the current job (units of ``unit`` tasks, the
-    last one cut at ``total``), the last first if ``backwards``; returns (tasks run, failed).
+    last one cut at ``total``), the last first if ``backwards``; returns (tasks run, failed,
+    floating-point flags raised).
     Called only with those units claimed: the job cannot finish (nor its arguments change)
     before they are counted done, so what is read here is this job's."""
     task = load(ctl, C_TASK)
@@ -392,6 +441,7 @@ def _run_units(ctl, first, count, backwards, unit, total):
     a, b, c, d = load(ctl, C_A), load(ctl, C_B), load(ctl, C_C), load(ctl, C_D)
     ran = 0
     failed = 0
+    fp = 0
     for i in range(count):
         u = first + count - 1 - i if backwards else first + i
         k0 = u * unit
@@ -401,11 +451,13 @@ def _run_units(ctl, first, count, backwards, unit, total):
         for j in range(k1 - k0):
             k = k1 - 1 - j if backwards else k0 + j
             if binary:
-                failed += call_binary(task, a, b, c, d, k)
+                r = call_binary(task, a, b, c, d, k)
             else:
-                failed += call_nary(task, a, b, k)
+                r = call_nary(task, a, b, k)
+            failed += r & 1
+            fp |= r >> 1
         ran += k1 - k0
-    return ran, failed
+    return ran, failed, fp
 
 
 @inner
@@ -459,6 +511,7 @@ def _claim_and_run(ctl, me, info):
     ran = 0
     claims = 0
     failed = 0
+    fp = 0
     first_own = -1
     if me < nranges:  # this thread's own range, from its own end
         slot = C_RANGES + 8 * me
@@ -468,9 +521,10 @@ def _claim_and_run(ctl, me, info):
                 break  # empty, or another job's word
             if first_own < 0:  # the task this thread began its range with
                 first_own = min((first + g) * unit, total) - 1 if backwards else first * unit
-            r, f = _run_units(ctl, first, g, backwards, unit, total)
+            r, f, p = _run_units(ctl, first, g, backwards, unit, total)
             ran += r
             failed += f
+            fp |= p
             claims += 1
     # then the far ends of the others' ranges
     k = 1
@@ -481,9 +535,10 @@ def _claim_and_run(ctl, me, info):
         if g == 0:
             k += 1  # nothing left there: the next range
             continue
-        r, f = _run_units(ctl, first, g, _NOT, unit, total)
+        r, f, p = _run_units(ctl, first, g, _NOT, unit, total)
         ran += r
         failed += f
+        fp |= p
         claims += 1
         k = 1  # and scan again from the next range
     if me == 0:
@@ -496,6 +551,8 @@ def _claim_and_run(ctl, me, info):
         fetch_add(ctl, C_CLAIMS, claims)
         if failed:
             fetch_add(ctl, C_FAILED, failed)
+        if fp:
+            fetch_or(ctl, C_FP, fp)
         if fetch_add(ctl, C_DONE, ran) + ran == total:  # the job's last tasks
             if load(ctl, C_OMP) != 0:
                 store(ctl, C_LAST_DONE, cycles())  # when an OpenMP job's work was all done
@@ -518,7 +575,8 @@ def _take_part(ctl, me):
 @inner
 def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
     """Run tasks ``0 .. ntasks-1`` of one job on this thread and ``workers`` pool workers;
-    returns how many tasks failed. ``reversible``: whether the job may be walked backwards
+    returns how many tasks failed, with the floating-point flags they raised above bit
+    :data:`JOB_FP_SHIFT`. ``reversible``: whether the job may be walked backwards
     (:data:`ALTERNATE`). Called with the pool held (one job at a time)."""
     store(ctl, C_KIND, kind)
     store(ctl, C_REVERSIBLE, 1 if reversible else 0)
@@ -530,6 +588,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
     store(ctl, C_WORKERS, workers)
     store(ctl, C_DONE, 0)
     store(ctl, C_FAILED, 0)
+    store(ctl, C_FP, 0)
     store(ctl, C_CLAIMS, 0)
     gen = ((load(ctl, C_INFO) >> 32) + 1) & _LOW
     # The ranges: one per thread taking part (as many as the block has words for; a thread
@@ -595,7 +654,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
         store(ctl, C_BY_CALLER, _claim_and_run(ctl, _CALLER, info))
     # the last tasks, on other threads
     _wait_done(ctl, gen, ntasks)
-    return load(ctl, C_FAILED)
+    return load(ctl, C_FAILED) | (load(ctl, C_FP) << JOB_FP_SHIFT)
 
 
 @njit(**ENTRY)
