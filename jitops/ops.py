@@ -10,7 +10,8 @@ _MATH = {
     "subtract": ("x - y", "Integers wrap on overflow; bool - bool is a TypeError, as in NumPy."),
     "multiply": ("x * y", "Integers wrap on overflow; bool * bool is logical and."),
     "divide": ("x / y", "True division: integers and bools give float64; division by zero "
-               "gives inf or nan and never raises."),
+               "gives inf or nan, with NumPy's warning (``numpy.errstate`` decides: it may "
+               "raise FloatingPointError)."),
     "maximum": ("max(x, y)", "NaN-propagating, like numpy.maximum. Not defined for complex."),
     "minimum": ("min(x, y)", "NaN-propagating, like numpy.minimum. Not defined for complex."),
     "fmax": ("max(x, y) ignoring NaN", "One NaN gives the other value; two NaNs give the "
@@ -69,6 +70,10 @@ TypeError
     positional broadcasting (``none``, ``pdpd`` with an ``axis``) with labelled operands.
 RuntimeError
     ``device="cuda"`` without a usable GPU (there is never a silent CPU fallback).
+FloatingPointError
+    Under ``numpy.errstate(...="raise")``, for a floating-point exception NumPy reports (divide
+    by zero, overflow, underflow, invalid); the result is written first, as NumPy writes it.
+    Under the default error state these are RuntimeWarnings.
 
 Examples
 --------
@@ -129,6 +134,8 @@ ValueError
     ``act``, or ``out`` of the wrong shape or read-only.
 TypeError
     Unsupported dtypes, ``out`` of the wrong dtype, ``act`` needing a float result.
+FloatingPointError
+    Under ``numpy.errstate(...="raise")``, as :func:`jitops.{op}`.
 
 Examples
 --------
