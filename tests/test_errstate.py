@@ -111,3 +111,17 @@ def test_masked_flags_min_max_and_activations():
         jitops.subtract(np.array([-1000.0, 1000.0]), 0.0, act="sigmoid")
         with pytest.raises(FloatingPointError, match="divide"):
             jitops.divide(np.ones(2), 0.0, act="relu")  # relu keeps the op's divide flag
+
+
+@pytest.mark.parametrize("n", [5, 10**5])
+def test_flags_left_by_an_earlier_call_are_not_reported_again(n):
+    """The flags are sticky: a call that raised some under "ignore" leaves them set in the
+    CPU, and the next call, which raises none, must report none."""
+    x = np.ones(n)
+    with np.errstate(all="ignore"):
+        jitops.divide(x, 0.0)
+        jitops.multiply(np.full(n, 1e308), 10.0)
+        jitops.subtract(np.full(n, np.inf), np.inf)
+    with np.errstate(all="raise"):
+        jitops.add(x, x)
+        jitops.elementwise(lambda a, b: a * b)(x, x)

