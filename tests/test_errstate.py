@@ -125,3 +125,32 @@ def test_flags_left_by_an_earlier_call_are_not_reported_again(n):
     with np.errstate(all="raise"):
         jitops.add(x, x)
         jitops.elementwise(lambda a, b: a * b)(x, x)
+
+
+def test_numbas_parallel_drivers_report_flags_too():
+    """With jitops' pool off, parallel jobs run on Numba's threading layer (the prange
+    drivers): their tasks' flags reach the caller too, and a clean call reports none."""
+    import subprocess
+    import sys
+
+    code = """
+import numpy as np, jitops
+x = np.ones(10**6)
+with np.errstate(all="raise"):
+    jitops.add(x, x)
+    for f in (lambda: jitops.divide(x, 0.0),
+              lambda: jitops.elementwise(lambda a, b: a / b)(x, 0.0)):
+        try:
+            f()
+            print("missed")
+        except FloatingPointError as e:
+            print(e)
+    jitops.add(x, x)
+print("done")
+"""
+    env = {**__import__("os").environ, "JITOPS_POOL": "0"}
+    p = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[:3] == ["divide by zero encountered in divide",
+                                        "divide by zero encountered in <lambda>", "done"]

@@ -45,7 +45,7 @@ from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from . import cache, hooks, parallel, pool, registries
 from .jit import ENTRY, driver, inner
-from .spec import KernelSpecType, as_pointer, element, pointers, streams
+from .spec import KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, emit_stream_head, emit_stream_put, store_fence
 
@@ -809,24 +809,31 @@ def _drive(task, oo, ox, oy, pmeta):
     if status != OK:
         return status
     meta = as_pointer(pmeta, _I64)
+    fp = job_flags(stack_words())  # on this frame, which outlives every task
     failed = 0
-    # each flag counted apart: a parallel loop reduces sums, not ors
-    invalid = divide = overflow = underflow = 0
     for t in prange(meta[M_NTASKS]):
-        r = _call_task(task, po, px, py, pmeta, t)
-        failed += r & 1
-        invalid += (r >> 1) & 1
-        divide += (r >> 3) & 1
-        overflow += (r >> 4) & 1
-        underflow += (r >> 5) & 1
-    return finish(failed, fp_flags(invalid, divide, overflow, underflow))
+        failed += note_flags(fp, _call_task(task, po, px, py, pmeta, t))
+    return finish(failed, pool.load(fp, 0))
 
 
 @register_jitable
-def fp_flags(invalid, divide, overflow, underflow):
-    """The MXCSR flags of per-flag task counts."""
-    return ((1 if invalid else 0) | (4 if divide else 0) | (8 if overflow else 0)
-            | (16 if underflow else 0))
+def job_flags(words):
+    """The address of ``words[0]``, zeroed: where a job's tasks OR the floating-point flags
+    they raised (a parallel loop reduces sums, not ors). ``words`` must be the driver's own
+    :func:`stack_words`, whose frame outlives every task (a callee's would be gone on
+    return)."""
+    fp = address_of(words)
+    pool.store(fp, 0, 0)
+    return fp
+
+
+@register_jitable
+def note_flags(fp, r):
+    """A task caller's result ``r``: its flags ORed into the word at ``fp`` (atomically, and
+    only when there are any); returns 1 if the task failed."""
+    if r > 1:
+        pool.fetch_or(fp, 0, r >> 1)
+    return r & 1
 
 
 @register_jitable

@@ -91,7 +91,8 @@ from .kernels import (
     emit_unravel,
     finish,
     finish_job,
-    fp_flags,
+    job_flags,
+    note_flags,
     renamed,
     stack_words,
     task_geometry,
@@ -627,16 +628,11 @@ def _udrive(task, prefs, pmeta):
         return status
     pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
+    fp = job_flags(stack_words())  # on this frame, which outlives every task
     failed = 0
-    invalid = divide = overflow = underflow = 0  # counted apart (see kernels._drive)
     for t in prange(meta[U_NTASKS]):
-        r = _call_utask(task, pptrs, pmeta, t)
-        failed += r & 1
-        invalid += (r >> 1) & 1
-        divide += (r >> 3) & 1
-        overflow += (r >> 4) & 1
-        underflow += (r >> 5) & 1
-    return finish(failed, fp_flags(invalid, divide, overflow, underflow))
+        failed += note_flags(fp, _call_utask(task, pptrs, pmeta, t))
+    return finish(failed, pool.load(fp, 0))
 
 
 _ukernel_parallel = njit(parallel=True, **ENTRY)(renamed(_udrive, "_ukernel_parallel"))
