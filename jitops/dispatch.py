@@ -313,6 +313,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
     asked = protocols.overrides(operands + (out,))
     if asked:
         return _delegate(op, fname, operands, mode, axis, act, out, device, asked)
+    tensors.refuse_device_bits(operands, out, fname)
     where = select(device, operands, out, fname)
     if where == "cpu":
         host = tensors.unwrap(operands, out, fname)

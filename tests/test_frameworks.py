@@ -318,3 +318,57 @@ def test_bfloat16_tensors_against_their_frameworks():
                                   paddle.subtract(px, py).astype("float32").numpy())
     # the issue's case: Paddle gives [-1, -2, 2]; the bits computed as integers gave 65408 ...
     assert got.astype("float32").numpy()[:3].tolist() == [-1.0, -2.0, 2.0]
+
+
+def test_a_paddle_bfloat16_gpu_tensor_is_refused_before_cuda_reads_it():
+    """Paddle's CUDA array interface gives a bfloat16 tensor typestr '<f2' (float16): a
+    stand-in with Paddle's module, dtype, place and that interface is refused by name."""
+    place = type("Place", (), {"is_cpu_place": lambda self: False,
+                               "__str__": lambda self: "Place(gpu:0)"})()
+    stand_in = type("Tensor", (), {
+        "__module__": "paddle", "__array_ufunc__": None, "__dlpack__": lambda self: None,
+        "dtype": "paddle.bfloat16", "place": place,
+        "__cuda_array_interface__": {"shape": (3,), "typestr": "<f2", "data": (0, False),
+                                     "version": 2}})
+    with pytest.raises(TypeError, match="bfloat16 on Place\\(gpu:0\\).*float16"):
+        jitops.add(stand_in(), 1.0)
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "max", "min"])
+@pytest.mark.parametrize("xs, ys, axis", [((2, 3, 4, 5), (3, 4), 1), ((2, 3, 4, 5), (4, 5), -1),
+                                          ((2, 3, 4), (2,), 0), ((2, 3, 4), (3, 1), 1)])
+def test_paddle_axis_rule_against_paddles_own_kernels(name, xs, ys, axis):
+    """pdpd on Paddle tensors against Paddle's own axis kernels
+    (``paddle._legacy_C_ops.elementwise_*``, SEMANTICS.md), with a fused act and out=."""
+    paddle = _paddle()
+    rng = np.random.default_rng(11)
+    x = paddle.to_tensor(rng.standard_normal(xs).astype(np.float32))
+    y = paddle.to_tensor(rng.standard_normal(ys).astype(np.float32))
+    theirs = getattr(paddle._legacy_C_ops, f"elementwise_{name}")(x, y, "axis", axis)
+    ours = getattr(jitops, f"elementwise_{name}")(x, y, axis=axis)
+    assert isinstance(ours, paddle.Tensor) and ours.dtype == theirs.dtype
+    np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+    o = paddle.empty(theirs.shape, dtype="float32")
+    assert getattr(jitops, f"elementwise_{name}")(x, y, axis=axis, act="relu", out=o) is o
+    np.testing.assert_array_equal(o.numpy(), paddle.nn.functional.relu(theirs).numpy())
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_paddle_bfloat16_every_op_against_paddle(op):
+    paddle = _paddle()
+    vals = np.array([1.0, 0.0, 3.0, -7.5, 1e30, np.nan, -0.0, 2.5e-3], np.float32)
+    other = np.array([2.0, 2.0, 1.0, 0.25, 1e30, 1.0, 0.0, np.nan], np.float32)
+    px, py = paddle.to_tensor(vals).astype("bfloat16"), paddle.to_tensor(other).astype("bfloat16")
+    got = getattr(jitops, op)(px, py)
+    assert isinstance(got, paddle.Tensor) and str(got.dtype) == "paddle.bfloat16"
+    mine = got.astype("float32").numpy()
+    with np.errstate(all="ignore"):  # ml_dtypes' loop: NumPy's answer on the same values
+        want = getattr(np, op)(vals.astype(BF16), other.astype(BF16)).astype(np.float32)
+    np.testing.assert_array_equal(mine, want)
+    try:
+        theirs = getattr(paddle, op)(px, py)
+    except RuntimeError:  # no CPU bfloat16 kernel (add, divide, fmax, fmin): Paddle's own
+        # float32 op and its cast back, the single rounding jitops makes too
+        theirs = getattr(paddle, op)(px.astype("float32"), py.astype("float32")).astype(
+            "bfloat16")
+    np.testing.assert_array_equal(mine, theirs.astype("float32").numpy())

@@ -208,6 +208,19 @@ class HostCall:
     wrap: Any
 
 
+def refuse_device_bits(operands: tuple, out, fname: str) -> None:
+    """A Paddle bfloat16 tensor on a GPU is refused (TypeError) before the CUDA backend reads
+    it: Paddle's CUDA array interface calls its words float16 (typestr ``<f2``), so they would
+    be computed as float16 values."""
+    for v in (*operands, out):
+        if _Paddle.owns(v) and str(v.dtype).endswith("bfloat16") \
+                and not v.place.is_cpu_place():
+            raise TypeError(f"jitops.{fname}: a paddle.Tensor of dtype bfloat16 on {v.place}: "
+                            f"Paddle's CUDA array interface calls its words float16; jitops "
+                            f"computes bfloat16 on the CPU only (cast it to float32 on the GPU, "
+                            f"or move it to the CPU)")
+
+
 def unwrap(operands: tuple, out, fname: str) -> HostCall | None:
     """The call on host arrays, or None when no operand (nor ``out``) is a framework's."""
     kinds = [adapter_of(v) for v in operands]
