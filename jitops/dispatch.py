@@ -316,28 +316,24 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
     tensors.refuse_device_bits(operands, out, fname)
     where = select(device, operands, out, fname)
     if where == "cpu":
-        host = tensors.unwrap(operands, out, fname)
-        if host is not None:
-            call = prepare(cpu.MEMORY, op, fname, host.operands, mode, axis, act, host.out)
-            cpu.launch(call)
-            result = call.finish(cpu.MEMORY)
-            if host.wrap is not None:
-                return host.wrap(result)
-            return result[()] if out is None and not result.ndim and not always_array \
-                else result
-        call = prepare(cpu.MEMORY, op, fname, operands, mode, axis, act, out)
+        host = tensors.unwrap(operands, out, fname)  # framework tensors, read in place
+        call = prepare(cpu.MEMORY, op, fname, operands if host is None else host.operands,
+                       mode, axis, act, out if host is None else host.out)
         launch = cpu.launch(call)
         # Remember the launch for repeats, unless it needed conversions, copies or a zero
-        # check (the fast path hands the kernel the caller's arrays as they are).
+        # check (the fast path hands the kernel the caller's arrays as they are; its keys
+        # are made of ndarrays and Python scalars only).
         if launch is not None and key is not None and call.as_given:
             if len(_FAST) >= _FAST_MAX:
                 _FAST.clear()
                 _HEADERS.clear()
             _FAST[key] = launch
         result = call.finish(cpu.MEMORY)
+        if host is not None and host.wrap is not None:
+            return host.wrap(result)
         if out is not None:
             return result
-        wrap = protocols.array_wrap(operands)
+        wrap = None if host is not None else protocols.array_wrap(operands)
         if wrap is not None:  # an ndarray subclass, or an object with __array_wrap__
             return protocols.apply_wrap(result, wrap, _view(op, fname, len(operands)),
                                         operands, not result.ndim and not always_array)

@@ -64,13 +64,18 @@ def is_bfloat16(dt) -> bool:
         and dt.type.__module__.split(".")[0] == "ml_dtypes"
 
 
+def _as_float16(kinds) -> list:
+    """``kinds`` with bfloat16 standing in as float16, whose NumPy rules it follows."""
+    return [_F16 if is_bfloat16(k) else k for k in kinds]
+
+
 def promote(*kinds) -> np.dtype:
     """``numpy.result_type`` of dtypes and weak Python scalars, bfloat16 promoting as float16
     does (and beside float16 as float32)."""
     if not any(is_bfloat16(k) for k in kinds):
         return np.result_type(*kinds)
     half = any(isinstance(k, np.dtype) and k == _F16 for k in kinds)
-    r = np.result_type(*[_F16 if is_bfloat16(k) else k for k in kinds])
+    r = np.result_type(*_as_float16(kinds))
     if r == _F16:
         return _F32 if half else bfloat16()
     return r
@@ -177,7 +182,7 @@ def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.d
     )
     bf = any(is_bfloat16(d) for d in slots)
     if bf:  # NumPy's float16 loops decide, as bfloat16 promotes like float16
-        slots = tuple(_F16 if is_bfloat16(d) else d for d in slots)
+        slots = tuple(_as_float16(slots))
     try:
         loop = uf.resolve_dtypes(slots + (None,))
     except TypeError:

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import protocols
 from .dtypes import (
     WEAK_SCALARS,
     DTypes,
@@ -144,8 +145,6 @@ def refuse_masked(v: object, name: str, fname: str) -> None:
                         f"{name}.data explicitly")
 
 
-_ABSENT = object()
-_NDARRAY_UFUNC = np.ndarray.__array_ufunc__
 #: Paddle's dtypes whose ``__array__`` hands over raw bits (bfloat16 as uint16, float8 as int8).
 _PADDLE_BITS = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
 
@@ -157,32 +156,27 @@ def refuse_foreign(v: object, name: str, fname: str) -> None:
     with Dask arrays, whose chunks jitops maps itself.
 
     * ``__array_ufunc__ = None``: the object opts out of ufuncs; NumPy's own TypeError, with
-      NumPy's wording -- except Paddle's tensors (whose values jitops reads through
-      ``__array__``), bar the dtypes Paddle hands over as raw bits;
+      NumPy's wording (:func:`~jitops.core.protocols.overrides`) -- except Paddle's tensors,
+      whose values are read through ``__array__``, bar the dtypes Paddle hands over as raw
+      bits;
     * its own ``__array_ufunc__`` (pandas, xarray, pint, sparse ...): labels, units or a
       mask decide what the op means.
     """
     t = type(v)
-    handler = getattr(t, "__array_ufunc__", _ABSENT)
-    if handler is _ABSENT or handler is _NDARRAY_UFUNC or isinstance(v, np.generic):
-        return
-    if handler is None:
-        if t.__module__.split(".")[0] != "paddle":
-            raise TypeError(f"operand '{t.__name__}' does not support ufuncs "
-                            f"(__array_ufunc__=None)")
+    if protocols.overrides((v,)):
+        raise TypeError(f"jitops.{fname}: {name} is a {t.__module__}.{t.__qualname__}, which "
+                        f"decides ufuncs itself (its own __array_ufunc__: labels, units or a "
+                        f"mask decide what the op means); jitops hands it the op, but not in a "
+                        f"call with Dask arrays, whose chunks jitops maps itself. Pass the "
+                        f"underlying array (pandas: .to_numpy(); xarray: .data) or a "
+                        f"Dask-backed object of that kind alone")
+    if protocols.library(t) == "paddle":
         dt = str(getattr(v, "dtype", ""))
         bits = next((b for b in _PADDLE_BITS if dt.endswith(b)), None)
         if bits is not None:
             raise TypeError(f"jitops.{fname}: {name} is a paddle.Tensor of dtype {bits}, which "
                             f"Paddle hands over as its raw bits; cast it first "
                             f"({name}.astype('float32')) and back after")
-        return
-    raise TypeError(f"jitops.{fname}: {name} is a {t.__module__}.{t.__qualname__}, which "
-                    f"decides ufuncs itself (its own __array_ufunc__: labels, units or a mask "
-                    f"decide what the op means); jitops hands it the op, but not in a call "
-                    f"with Dask arrays, whose chunks jitops maps itself. Pass the underlying "
-                    f"array (pandas: .to_numpy(); xarray: .data) or a Dask-backed object of "
-                    f"that kind alone")
 
 
 def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
@@ -287,7 +281,7 @@ def check_out(mem: Memory, out, shape, dtype: np.dtype, fname: str) -> None:
         )
 
 
-def _operand_names(n: int) -> tuple[str, ...]:
+def operand_names(n: int) -> tuple[str, ...]:
     """How messages call the operands: x and y for the binary ops, else by position."""
     return ("x", "y") if n == 2 else tuple(f"operand {i}" for i in range(n))
 
@@ -331,12 +325,10 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
     ``mode``, ``axis`` and ``act`` come from :func:`normalize`. Raises before anything is
     written.
     """
-    names = _operand_names(len(operands))
+    names = operand_names(len(operands))
     vals, kinds = [], []
     for v, name in zip(operands, names):
         refuse_masked(v, name, fname)
-        if isinstance(v, np.ndarray):  # a subclass may have a protocol of its own
-            refuse_foreign(v, name, fname)
         if mem.owns(v):
             dt = mem.dtype(v)
             check_dtype(dt, name, fname)
@@ -391,7 +383,7 @@ def prepare_lazy(op: str | UserOp, fname: str, operands: tuple, mode: str, axis:
     if device is not None and str(device).strip().lower() != "cpu":
         raise TypeError(f"jitops.{fname}: device={device!r} is not supported with Dask inputs "
                         "(their chunks run on jitops' CPU kernels)")
-    names = _operand_names(len(operands))
+    names = operand_names(len(operands))
     vals, kinds, shapes = [], [], []
     for v, name in zip(operands, names):
         if type(v) in WEAK:

@@ -37,13 +37,10 @@ _ABSENT = object()
 _PLAIN = frozenset((_ND, type(None), *WEAK_SCALARS))
 
 
-def is_paddle(t: type) -> bool:
-    """Whether ``t`` is one of Paddle's classes (by module: Paddle is never imported here)."""
-    return t.__module__.split(".", 1)[0] == "paddle"
-
-
-def _is_dask(t: type) -> bool:
-    return t.__module__.split(".", 1)[0] == "dask"
+def library(t: type) -> str:
+    """The top-level package a class comes from (``paddle``, ``pandas``, ``dask``): how the
+    libraries are told apart without importing any of them."""
+    return t.__module__.split(".", 1)[0]
 
 
 def overrides(args) -> list:
@@ -62,11 +59,11 @@ def overrides(args) -> list:
         if handler is _ABSENT or handler is _ND_UFUNC:
             continue
         if handler is None:
-            if is_paddle(t):
+            if library(t) == "paddle":
                 continue
             raise TypeError(f"operand '{t.__name__}' does not support ufuncs "
                             f"(__array_ufunc__=None)")
-        if _is_dask(t) or is_cuda_array(v) or any(type(u) is t for u in found):
+        if library(t) == "dask" or is_cuda_array(v) or any(type(u) is t for u in found):
             continue
         for i, u in enumerate(found):
             if issubclass(t, type(u)):
@@ -145,13 +142,9 @@ def pandas_scalars(op: str, operands: tuple, asked: list) -> tuple:
     scalar is float32). jitops hands pandas a view not named ``subtract`` (so that jitops
     computes), so for the four ops pandas' operators implement it passes such scalars as
     Python numbers itself, and the result's dtype is NumPy's on the same objects."""
-    if op not in _PANDAS_OPERATORS or not any(is_pandas(type(v)) for v in asked):
+    if op not in _PANDAS_OPERATORS or not any(library(type(v)) == "pandas" for v in asked):
         return operands
     return tuple(v.item() if isinstance(v, np.number | np.bool_) else v for v in operands)
-
-
-def is_pandas(t: type) -> bool:
-    return t.__module__.split(".", 1)[0] == "pandas"
 
 
 def refuse_mixed_frames(operands: tuple, fname: str) -> None:
@@ -161,7 +154,7 @@ def refuse_mixed_frames(operands: tuple, fname: str) -> None:
     operators -- NumPy's ``subtract`` on it -- keep each column's dtype."""
     for v in operands:
         t = type(v)
-        if t.__name__ != "DataFrame" or not is_pandas(t):
+        if t.__name__ != "DataFrame" or library(t) != "pandas":
             continue
         dtypes = set(v.dtypes)
         if len(dtypes) > 1 or not all(isinstance(d, np.dtype) for d in dtypes):

@@ -34,6 +34,8 @@ from typing import Any
 import numpy as np
 
 from .dtypes import is_bfloat16
+from .pipeline import operand_names
+from .protocols import library
 
 _ND = np.ndarray
 
@@ -48,17 +50,11 @@ def _ml_bfloat16(name: str, fname: str) -> np.dtype:
     return np.dtype(ml_dtypes.bfloat16)
 
 
-def _root(t: type) -> str:
-    return t.__module__.split(".", 1)[0]
-
-
 def _named(v, name: str) -> str:
-    return f"{name} is a {_root(type(v))} {type(v).__qualname__}"
+    return f"{name} is a {library(type(v))} {type(v).__qualname__}"
 
 
 class _Torch:
-    name = "torch"
-
     @staticmethod
     def owns(v) -> bool:
         t = getattr(sys.modules.get("torch"), "Tensor", None)  # a stand-in module may have none
@@ -96,12 +92,10 @@ _PADDLE_DTYPES = frozenset(np.dtype(d) for d in (
 
 
 class _Paddle:
-    name = "paddle"
-
     @staticmethod
     def owns(v) -> bool:
         t = type(v)
-        return _root(t) == "paddle" and hasattr(t, "__dlpack__")
+        return library(t) == "paddle" and hasattr(t, "__dlpack__")
 
     @staticmethod
     def read(v, name: str, fname: str) -> np.ndarray:
@@ -137,7 +131,6 @@ class _Paddle:
 
 
 class _OpenVINO:
-    name = "openvino"
     #: element types whose ``.data`` is not their values (bf16 shows as float16, f8 and the
     #: 4-bit types as integers)
     _UNREADABLE = ("bf16", "f8", "u4", "i4", "nf4", "u1", "u2", "u3", "u6", "f4")
@@ -145,7 +138,7 @@ class _OpenVINO:
     @staticmethod
     def owns(v) -> bool:
         t = type(v)
-        return _root(t) == "openvino" and t.__name__ == "Tensor"
+        return library(t) == "openvino" and t.__name__ == "Tensor"
 
     @classmethod
     def read(cls, v, name: str, fname: str) -> np.ndarray:
@@ -163,15 +156,13 @@ class _OpenVINO:
 
 class _DLPack:
     """Any other host object offering ``__dlpack__`` (JAX, array-api-strict): read through
-    DLPack; the result is a NumPy array."""
-
-    name = "dlpack"
+    DLPack; the result is a NumPy array. (One that opts out of ufuncs never gets here:
+    jitops.core.protocols.overrides refuses it first.)"""
 
     @staticmethod
     def owns(v) -> bool:
         t = type(v)
-        return (hasattr(t, "__dlpack__") and not isinstance(v, _ND | np.generic)
-                and getattr(t, "__array_ufunc__", 0) is not None)
+        return hasattr(t, "__dlpack__") and not isinstance(v, _ND | np.generic)
 
     @staticmethod
     def read(v, name: str, fname: str) -> np.ndarray:
@@ -227,9 +218,8 @@ def unwrap(operands: tuple, out, fname: str) -> HostCall | None:
     out_kind = adapter_of(out)
     if out_kind is None and not any(kinds):
         return None
-    names = ("x", "y") if len(operands) == 2 else [f"operand {i}" for i in range(len(operands))]
     host = tuple(v if k is None else k.read(v, n, fname)
-                 for v, k, n in zip(operands, kinds, names))
+                 for v, k, n in zip(operands, kinds, operand_names(len(operands))))
     if out_kind is not None:
         return HostCall(host, out_kind.read(out, "out", fname), lambda _: out)
     if out is not None:  # NumPy returns an ndarray ``out`` itself
@@ -237,4 +227,4 @@ def unwrap(operands: tuple, out, fname: str) -> HostCall | None:
     first = next(k for k in kinds if k is not None)
     if first.wrap is None:
         return HostCall(host, None, None)
-    return HostCall(host, None, lambda r: first.wrap(np.asarray(r), fname))
+    return HostCall(host, None, lambda r: first.wrap(r, fname))

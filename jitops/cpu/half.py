@@ -118,3 +118,9 @@ bfloat_to_float = _widening("bfloat_to_float", "bfloat16 bits (uint16) -> float3
                             _bfloat_widen)
 float_to_bfloat = _narrowing("float_to_bfloat",
                              "float32 (or float64) -> bfloat16 bits (uint16).", _bfloat_narrow)
+
+#: The 16-bit float dtypes the kernels store as their bits: dtype name -> (widening to
+#: float32, narrowing from float32 or float64). The one table the built-in kernels' loads and
+#: stores (jitops.cpu.spec) and the user ops' element source (jitops.cpu.nary) read.
+CONVERSIONS = {"float16": (half_to_float, float_to_half),
+               "bfloat16": (bfloat_to_float, float_to_bfloat)}

@@ -66,7 +66,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
 from . import cache, pool, registries
-from .half import bfloat_to_float, float_to_bfloat, float_to_half, half_to_float
+from .half import CONVERSIONS
 from .jit import ENTRY, driver, inner, wrapper
 from .kernels import (
     _LL32,
@@ -400,10 +400,8 @@ def _element_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
 def _load_expr(dtype: str, word: str) -> str:
     """Source of: a storage word -> its value (float16 bits widen to float32; a bool byte
     reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``."""
-    if dtype == "float16":
-        return f"T(half_to_float({word}))"
-    if dtype == "bfloat16":
-        return f"T(bfloat_to_float({word}))"
+    if dtype in CONVERSIONS:
+        return f"T({CONVERSIONS[dtype][0].__name__}({word}))"
     if dtype == "bool":
         return f"T({word} != 0)"
     return f"T({word})"
@@ -412,8 +410,8 @@ def _load_expr(dtype: str, word: str) -> str:
 def _store_expr(out: str, ret, value: str) -> str:
     """Source of: the returned value -> the result's storage word (integers wrap, floats
     round once; a bool is stored as 0 or 1)."""
-    if out in ("float16", "bfloat16"):
-        fn = "float_to_half" if out == "float16" else "float_to_bfloat"
+    if out in CONVERSIONS:
+        fn = CONVERSIONS[out][1].__name__
         return f"{fn}({value})" if isinstance(ret, types.Float) else f"{fn}(F64({value}))"
     if out == "bool":
         return f"to_bool_byte({value})"
@@ -436,9 +434,8 @@ def _element_of(spec: UserSpecType):
         ret = return_type(fn, np.dtype(spec.compute), n)
         out_t = types.boolean if spec.out == "bool" else storage(spec.out)
         ns = {"FN": compiled_function(fn), "T": from_dtype(np.dtype(spec.compute)),
-              "OUT": out_t, "F64": types.float64, "half_to_float": half_to_float,
-              "float_to_half": float_to_half, "bfloat_to_float": bfloat_to_float,
-              "float_to_bfloat": float_to_bfloat, "to_bool_byte": to_bool_byte}
+              "OUT": out_t, "F64": types.float64, "to_bool_byte": to_bool_byte,
+              **{f.__name__: f for pair in CONVERSIONS.values() for f in pair}}
         source = _element_source(n, spec.inputs, spec.out, ret)
         exec(compile(source, f"<jitops user op element, {n} inputs>", "exec"), ns)
         disp = _ELEMENTS[key] = inner(ns["element"])

@@ -58,6 +58,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from ..core import errstate
 from ..core.config import env_flag, env_int
 from . import cache, hooks, lifecycle, registries
 from .jit import ENTRY, inner
@@ -343,7 +344,7 @@ def _wait_done(ctl, gen, total):
 FP_FLAGS = platform.machine().lower() in ("x86_64", "amd64")
 #: MXCSR's sticky exception flags NumPy reports: invalid, divide by zero, overflow, underflow
 #: (not denormal, 0x2, nor inexact, 0x20).
-MXCSR_FLAGS = 0x1D
+MXCSR_FLAGS = errstate.ALL
 
 
 _I8P = ir.IntType(8).as_pointer()

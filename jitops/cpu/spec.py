@@ -31,11 +31,8 @@ from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
 from ..core.dtypes import act_dtype
-from .half import bfloat_to_float, float_to_bfloat, float_to_half, half_to_float
+from .half import CONVERSIONS
 from .jit import INNER, inner
-
-_BOOL = np.dtype(bool)
-_HALF = np.dtype(np.float16)
 
 
 def storage(dt: np.dtype | str):
@@ -44,7 +41,7 @@ def storage(dt: np.dtype | str):
     name = dt if isinstance(dt, str) else dt.name
     if name == "bool":
         return types.uint8
-    if name in ("float16", "bfloat16"):
+    if name in CONVERSIONS:
         return types.uint16
     return from_dtype(np.dtype(dt))
 
@@ -263,10 +260,8 @@ def element(spec, a, b):
 def load_word(dtype: str):
     """Storage word -> value: float16 bits widen to float32; a bool byte reads as 0 or 1
     whatever it holds (NumPy reads every nonzero byte as True); others as they are."""
-    if dtype == "float16":
-        return half_to_float
-    if dtype == "bfloat16":
-        return bfloat_to_float
+    if dtype in CONVERSIONS:
+        return CONVERSIONS[dtype][0]
     if dtype == "bool":
         return to_bool_byte
     return _identity
@@ -281,10 +276,8 @@ def _ov_element(spec, a, b):
     op = _jit(_scalar.OPS[spec.op])
     act = _jit(_scalar.ACTS[spec.act])
     load_x, load_y = load_word(spec.x), load_word(spec.y)
-    if spec.out == "float16":
-        store = float_to_half
-    elif spec.out == "bfloat16":
-        store = float_to_bfloat
+    if spec.out in CONVERSIONS:
+        store = CONVERSIONS[spec.out][1]
     elif spec.out == "bool":
         store = to_bool_byte
     else:
