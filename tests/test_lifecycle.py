@@ -519,3 +519,38 @@ def test_the_same_lambda_made_again_compiles_once():
             np.testing.assert_array_equal(step(1.0), x * x + 1.0)
     assert seen == []
     np.testing.assert_array_equal(step(2.0), x * x + 2.0)
+
+
+_START_INTERRUPTED = """
+    import signal, threading
+    from jitops.cpu import pool
+
+    def handler(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGALRM, handler)
+    start = threading.Thread.start
+
+    def interrupted_start(self):  # the signal arrives while the thread is being started
+        signal.raise_signal(signal.SIGALRM)
+        start(self)
+    threading.Thread.start = interrupted_start
+    p = pool.get()
+    try:
+        with p.held():
+            p.ensure(1)
+        print("no interrupt")
+    except KeyboardInterrupt:
+        print("interrupted")
+    threading.Thread.start = start
+    workers = [t for t in threading.enumerate() if t.name.startswith("jitops-worker")]
+    print(len(p.threads), len(workers), p.thread_limit)
+"""
+
+
+def test_an_interrupt_while_a_worker_starts_leaves_it_recorded():
+    """A KeyboardInterrupt arriving inside Thread.start (Python 3.10 then raised "release
+    unlocked lock", which the pool took for a thread limit) is raised once the worker is
+    started and recorded: no unrecorded worker, no limit."""
+    res, _ = _run(_START_INTERRUPTED)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.split("\n")[:2] == ["interrupted", "1 1 None"], res.stdout

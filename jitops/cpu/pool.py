@@ -821,7 +821,13 @@ class Pool:
             t = threading.Thread(target=_worker, args=(self.ctl, len(self.threads)),
                                  name=f"jitops-worker-{len(self.threads)}", daemon=True)
             try:
-                t.start()
+                # An interrupt inside Thread.start (its wait for the thread to begin) leaves the
+                # start half done -- Python 3.10 then raises "release unlocked lock", which
+                # read as a thread limit, and the started worker went unrecorded: signals are
+                # held until the start is complete and the worker recorded.
+                with lifecycle.signals_held():
+                    t.start()
+                    self.threads.append(t)
             except RuntimeError as e:  # "can't start new thread"
                 self.thread_limit = len(self.threads)
                 warnings.warn(f"jitops: could not start a worker thread ({e}); parallel calls "
@@ -829,7 +835,6 @@ class Pool:
                               f"JITOPS_NUM_THREADS to what this process may start to silence "
                               f"this.", RuntimeWarning, stacklevel=4)
                 break
-            self.threads.append(t)
         return min(workers, len(self.threads))
 
     def stop(self, timeout: float = 1.0) -> bool:
