@@ -262,11 +262,10 @@ def _checked(n, what: str) -> int:
     if isinstance(n, bool) or not isinstance(n, (int, np.integer)):
         raise TypeError(f"{what}: the number of threads must be an int, got "
                         f"{type(n).__name__} {n!r}")
-    n, top = int(n), pool_size()
-    if not 1 <= n <= top:
-        raise ValueError(f"{what}: the number of threads must be between 1 and {top} (Numba's "
-                         f"thread pool, NUMBA_NUM_THREADS), got {n}")
-    return n
+    n = int(n)
+    if n < 1:
+        raise ValueError(f"{what}: the number of threads must be at least 1, got {n}")
+    return min(n, pool_size())
 
 
 def default_threads() -> int:
@@ -326,14 +325,18 @@ def get_num_threads() -> int:
 _COUNT_DOC = """Parameters
     ----------
     n : int
-        From 1 (the serial kernels) to Numba's pool size, ``NUMBA_NUM_THREADS``.
+        At least 1 (1: the serial kernels). A count above Numba's pool size
+        (``NUMBA_NUM_THREADS``, the CPU count by default) is accepted, as PyTorch and numexpr
+        accept it, and capped to the pool: a kernel cannot run on more threads than the pool
+        holds, and threads beyond the cores only compete for memory bandwidth.
+        :func:`get_num_threads` then says the capped count.
 
     Raises
     ------
     TypeError
         If ``n`` is not an int.
     ValueError
-        If ``n`` is below 1 or above Numba's pool size.
+        If ``n`` is below 1.
 """
 
 
