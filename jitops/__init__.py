@@ -51,3 +51,10 @@ __all__ = [
     "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
     "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]
+
+del annotations  # the __future__ import's binding: not part of the API
+
+
+def __dir__() -> list[str]:
+    """The public API (what completion offers); the subpackages stay importable."""
+    return sorted(__all__)

@@ -15,9 +15,10 @@ argument: ``relu``/``relu6`` keep it an integer, the others compute in float64.
 
 from __future__ import annotations
 
-import numpy as np
-from numba import types
-from numba.core.extending import overload, register_jitable
+import numpy as _np
+from numba import types as _types
+from numba.core.extending import overload as _overload
+from numba.core.extending import register_jitable as _register_jitable
 
 from .core import scalar as _scalar
 
@@ -26,16 +27,16 @@ __all__ = list(_scalar.ACT_NAMES)
 _INT_OK = frozenset({"relu", "relu6"})
 
 for _fn in _scalar.ACTS.values():  # the table's functions, callable from compiled code
-    register_jitable(_fn)
+    _register_jitable(_fn)
 
 
 def _python_types(v, name: str):
     """(value type, compute type) for a call from Python."""
     t = type(v)
-    if isinstance(v, (bool, np.bool_, complex, np.complexfloating)) or \
-            not isinstance(v, (int, float, np.number)):
+    if isinstance(v, (bool, _np.bool_, complex, _np.complexfloating)) or \
+            not isinstance(v, (int, float, _np.number)):
         raise TypeError(f"jitops.act.{name} takes a real number, got {t.__name__}")
-    if isinstance(v, (int, np.integer)):
+    if isinstance(v, (int, _np.integer)):
         return (t, t) if name in _INT_OK else (float, float)
     wide = name in _scalar.WIDE_ACTS
     return t, (float if wide else t)
@@ -53,13 +54,13 @@ def _make(name: str):
     act.__doc__ = (f"``{name}`` of one real number (the activation ``act={name!r}`` fuses); "
                    f"usable inside ``jitops.elementwise`` functions on every target.")
 
-    @overload(act, target="generic", jit_options={"error_model": "numpy"})
+    @_overload(act, target="generic", jit_options={"error_model": "numpy"})
     def _ov(v):
-        if isinstance(v, types.Float):
+        if isinstance(v, _types.Float):
             T = v
-            W = types.float64 if name in _scalar.WIDE_ACTS else v
-        elif isinstance(v, types.Integer) and not isinstance(v, types.Boolean):
-            T = W = v if name in _INT_OK else types.float64
+            W = _types.float64 if name in _scalar.WIDE_ACTS else v
+        elif isinstance(v, _types.Integer) and not isinstance(v, _types.Boolean):
+            T = W = v if name in _INT_OK else _types.float64
         else:
             return None
 
@@ -80,3 +81,9 @@ silu = _make("silu")
 sigmoid = _make("sigmoid")
 tanh = _make("tanh")
 softplus = _make("softplus")
+
+del annotations  # the __future__ import's binding: not an activation
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

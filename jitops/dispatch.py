@@ -24,6 +24,7 @@ and taken only while the calling thread's count is still that.
 from __future__ import annotations
 
 import functools
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -33,6 +34,9 @@ from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
 from .cpu import parallel
 from .dask import backend as dask
+
+if TYPE_CHECKING:
+    from .signatures import Activation, Broadcast, Device
 
 _ND = np.ndarray
 _OK = cpu.OK
@@ -79,7 +83,8 @@ def public_op(op: str, fname: str):
     memo = [None]  # the last serial repeat, by the identity of its arguments (_remember)
     _MEMOS.append(memo)
 
-    def fn(x, y, *, broadcast="numpy", axis=-1, act=None, out=None, device=None):
+    def fn(x: object, y: object, *, broadcast: Broadcast = "numpy", axis: int = -1,
+           act: Activation | None = None, out: Any = None, device: Device = None) -> Any:
         m = memo[0]
         if m is not None and id(x) == m[0] and id(y) == m[1] and id(out) == m[2] \
                 and broadcast is m[3] and axis is m[4] and act is m[5] and device is None:

@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
+from collections.abc import Callable
+from typing import Any, overload
 
 import numpy as np
 
 from .core.dtypes import check_dtype, user_result
 from .cpu import nary
 from .dispatch import call_user
+from .signatures import Broadcast, Device
 
 
 def _restore(module: str, qualname: str, dtype):
@@ -120,8 +123,8 @@ class ElementwiseOp:
                                                        name=self.__name__)
         return op
 
-    def __call__(self, *operands, broadcast="numpy", axis=-1, out=None, device=None,
-                 dtype=None):
+    def __call__(self, *operands: object, broadcast: Broadcast = "numpy", axis: int = -1,
+                 out: Any = None, device: Device = None, dtype: Any = None) -> Any:
         if len(operands) != self.nin:
             raise TypeError(f"jitops.{self.__name__} takes {self.nin} operand"
                             f"{'s' if self.nin != 1 else ''}, got {len(operands)}")
@@ -188,7 +191,18 @@ class ElementwiseOp:
         return ("jitops.elementwise", self.key if self.cacheable else id(self), str(self.dtype))
 
 
-def elementwise(fn=None, *, dtype=None, name: str | None = None):
+@overload
+def elementwise(fn: Callable[..., Any], *, dtype: Any = None,
+                name: str | None = None) -> ElementwiseOp: ...
+
+
+@overload
+def elementwise(fn: None = None, *, dtype: Any = None,
+                name: str | None = None) -> Callable[[Callable[..., Any]], ElementwiseOp]: ...
+
+
+def elementwise(fn: Callable[..., Any] | None = None, *, dtype: Any = None,
+                name: str | None = None) -> Any:
     """Make an elementwise op from a scalar function of N inputs: a decorator or a call.
 
     The function is plain Python on scalars (``math`` functions, conditionals, loops; the

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from .core.scalar import ACT_NAMES
 from .dispatch import call_op, public_op
+from .signatures import Activation, BinaryOp, Broadcast, Device, PaddleOp
 
 _MATH = {
     "add": ("x + y", "Integers wrap on overflow; bool + bool is logical or."),
@@ -84,7 +87,7 @@ Examples
 """
 
 
-def _make(op: str):
+def _make(op: str) -> BinaryOp:
     fn = public_op(op, op)
     fn.__name__ = fn.__qualname__ = op
     fn.__module__ = "jitops"
@@ -93,14 +96,14 @@ def _make(op: str):
     return fn
 
 
-add = _make("add")
-subtract = _make("subtract")
-multiply = _make("multiply")
-divide = _make("divide")
-maximum = _make("maximum")
-minimum = _make("minimum")
-fmax = _make("fmax")
-fmin = _make("fmin")
+add: BinaryOp = _make("add")
+subtract: BinaryOp = _make("subtract")
+multiply: BinaryOp = _make("multiply")
+divide: BinaryOp = _make("divide")
+maximum: BinaryOp = _make("maximum")
+minimum: BinaryOp = _make("minimum")
+fmax: BinaryOp = _make("fmax")
+fmin: BinaryOp = _make("fmin")
 
 # -- Paddle-style names -------------------------------------------------------------------------
 _PDOC = """Paddle's ``{pname}(x, y, axis=-1, act=None, name=None)``: :func:`jitops.{op}` with
@@ -152,8 +155,10 @@ _EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]",
              "minimum": "[1.0, 3.0, 2.0]", "fmax": "[2.0, 5.0, 4.0]", "fmin": "[1.0, 3.0, 2.0]"}
 
 
-def _make_paddle(pname: str, op: str):
-    def fn(x, y, axis=-1, act=None, name=None, *, broadcast="pdpd", out=None, device=None):
+def _make_paddle(pname: str, op: str) -> PaddleOp:
+    def fn(x: object, y: object, axis: int = -1, act: Activation | None = None,
+           name: str | None = None, *, broadcast: Broadcast = "pdpd", out: Any = None,
+           device: Device = None) -> Any:
         return call_op(op, pname, x, y, broadcast, axis, act, out, device)
 
     fn.__name__ = fn.__qualname__ = pname
@@ -168,11 +173,11 @@ def _make_paddle(pname: str, op: str):
     return fn
 
 
-elementwise_add = _make_paddle("elementwise_add", "add")
-elementwise_sub = _make_paddle("elementwise_sub", "subtract")
-elementwise_mul = _make_paddle("elementwise_mul", "multiply")
-elementwise_div = _make_paddle("elementwise_div", "trunc_divide")
-elementwise_max = _make_paddle("elementwise_max", "maximum")
-elementwise_min = _make_paddle("elementwise_min", "minimum")
-elementwise_fmax = _make_paddle("elementwise_fmax", "fmax")
-elementwise_fmin = _make_paddle("elementwise_fmin", "fmin")
+elementwise_add: PaddleOp = _make_paddle("elementwise_add", "add")
+elementwise_sub: PaddleOp = _make_paddle("elementwise_sub", "subtract")
+elementwise_mul: PaddleOp = _make_paddle("elementwise_mul", "multiply")
+elementwise_div: PaddleOp = _make_paddle("elementwise_div", "trunc_divide")
+elementwise_max: PaddleOp = _make_paddle("elementwise_max", "maximum")
+elementwise_min: PaddleOp = _make_paddle("elementwise_min", "minimum")
+elementwise_fmax: PaddleOp = _make_paddle("elementwise_fmax", "fmax")
+elementwise_fmin: PaddleOp = _make_paddle("elementwise_fmin", "fmin")

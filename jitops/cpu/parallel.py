@@ -58,6 +58,7 @@ import platform
 import re
 import sys
 import threading
+from collections.abc import Iterator
 
 import numba
 import numpy as np
@@ -363,7 +364,7 @@ def set_num_threads(n: int) -> None:
 
 
 @contextlib.contextmanager
-def threads(n: int):
+def threads(n: int) -> Iterator[None]:
     """Within this block, calls from this Python thread use ``n`` threads (1: the serial
     kernels); other threads are not affected. Blocks nest; the previous count comes back on
     exit, exception or not.
