@@ -1,10 +1,4 @@
-"""jitops command line.
-
-  info   versions, threading layer, thread count, CUDA availability (and why not), cache location
-  demo   the seed documents' examples (Paddle, OpenVINO) with their results
-  bench  the benchmark suite against NumPy/PyTorch/numexpr (``bench --help`` for its options)
-  warmup compile the common signatures into the on-disk kernel cache, with progress
-"""
+"""The jitops command line: ``python -m jitops {info,demo,bench,warmup}``."""
 
 from __future__ import annotations
 
@@ -28,7 +22,7 @@ def _demo() -> int:
             body = " ".join(np.array2string(arr, separator=", ").split()) + f"  ({arr.dtype})"
         print(f"  {title:<58} -> {body}")
 
-    print("Paddle elementwise_sub (seed 000):")
+    print("Paddle's elementwise_sub, its documented examples:")
     show("elementwise_sub([2,3,4], [1,5,2])",
          jitops.elementwise_sub(np.float32([2, 3, 4]), np.float32([1, 5, 2])))
     x = np.ones((2, 3, 4, 5), np.float32)
@@ -36,20 +30,20 @@ def _demo() -> int:
          jitops.elementwise_sub(x, np.zeros((3, 4), np.float32), axis=1).shape)
     show("elementwise_sub(X(2,3,4,5), Y(5,), axis=3).shape",
          jitops.elementwise_sub(x, np.ones(5, np.float32), axis=3).shape)
-    print("Paddle elementwise_add (seed 002): X(2,3,4,5) with")
+    print("Paddle's elementwise_add on X(2,3,4,5), the axis rule of its documentation:")
     for ys, ax in [((2, 3, 4, 5), -1), ((), -1), ((5,), -1), ((4, 5), 2), ((3, 4), 1), ((2,), 0),
                    ((2, 1), 0)]:
         r = jitops.elementwise_add(x, np.ones(ys, np.float32), axis=ax)
         show(f"Y{ys} axis={ax}", f"shape {r.shape}, all 2: {bool((r == 2).all())}")
-    print("Paddle elementwise_mul (seed 003):")
+    print("Paddle's elementwise_mul:")
     show("elementwise_mul([2,3,4], [1,5,2])", jitops.elementwise_mul(np.array([2, 3, 4]),
                                                                     np.array([1, 5, 2])))
-    print("OpenVINO Subtract-1 (seed 001):")
+    print("OpenVINO's Subtract-1, its two broadcast modes:")
     show("subtract((256,56), (256,56), broadcast='none').shape",
          jitops.subtract(np.ones((256, 56)), np.ones((256, 56)), broadcast="none").shape)
     show("subtract((8,1,6,1), (7,1,5), broadcast='numpy').shape",
          jitops.subtract(np.ones((8, 1, 6, 1)), np.ones((7, 1, 5)), broadcast="numpy").shape)
-    print("paddle.fmin (seed 004):")
+    print("paddle.fmin, its examples (NaN ignored; both NaN: the first):")
     show("fmin([[1,2],[7,8]], [[3,4],[5,6]])",
          jitops.fmin(np.array([[1, 2], [7, 8]]), np.array([[3, 4], [5, 6]])))
     show("fmin([[[1,2,3],[1,2,3]]], [3,0,4])",
@@ -119,13 +113,16 @@ def _recycling(st: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jitops", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="cmd", required=True)
-    sub.add_parser("info", help="versions, threading layer, threads, CUDA, cache location")
-    sub.add_parser("demo", help="the seed documents' examples with their results")
+    p = argparse.ArgumentParser(
+        prog="python -m jitops",
+        description="JIT-compiled elementwise ops with NumPy and Paddle broadcasting.",
+        epilog="'python -m jitops COMMAND --help' for a command's options.")
+    sub = p.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
+    sub.add_parser("info", help="versions, threading layer, threads, CUDA (or why not), "
+                   "kernel cache location")
+    sub.add_parser("demo", help="Paddle's and OpenVINO's documented examples, computed")
     sub.add_parser("bench", add_help=False,
-                   help="run the benchmark suite (jitops.bench; bench --help for options)")
+                   help="the benchmark suite against NumPy, PyTorch, numexpr (--quick: ~1 min)")
     w = sub.add_parser("warmup", help="compile the common signatures into the kernel cache")
     w.add_argument("--ops", nargs="+", metavar="OP", help="ops to compile (default: "
                    "add subtract multiply divide maximum minimum fmax fmin elementwise_div)")

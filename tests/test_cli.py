@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +17,25 @@ def test_help_lists_the_commands():
     r = _run("--help")
     assert r.returncode == 0
     for cmd in ("info", "demo", "bench", "warmup"):
-        assert cmd in r.stdout
+        assert r.stdout.count(f"\n    {cmd} ") == 1, r.stdout  # once each
+    assert "``" not in r.stdout and "``" not in _run("bench", "--help").stdout  # no RST
+
+
+def test_bench_leaves_the_committed_results_alone_unless_asked(tmp_path):
+    """A plain run writes ./jitops-bench-results in the working directory; only
+    --update-results replaces benchmarks/results."""
+    from jitops.bench import run
+
+    committed = Path(run.checkout_results()) / "latest.json"
+    before = committed.stat().st_mtime_ns
+    r = subprocess.run([sys.executable, "-m", "jitops", "bench", "--quick", "--cases",
+                        "overhead", "--no-sweep"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "jitops-bench-results" / "latest.json").is_file()
+    assert committed.stat().st_mtime_ns == before
+    r = _run("bench", "--update-results", "--out", str(tmp_path))
+    assert r.returncode == 2 and "not allowed with" in r.stderr
 
 
 def test_info_says_layer_threads_cuda_and_cache():

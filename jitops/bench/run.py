@@ -3,8 +3,8 @@
 Runs SPEC section 5's CPU rows side by side with NumPy and, where installed, PyTorch and
 numexpr; an in-run bandwidth probe; cold-start and compile times in fresh processes; a
 cost-versus-size sweep; and (with ``--dask``) jitops-backed against NumPy-backed Dask. Writes
-``latest.md``, ``latest.json`` and ``latest.png`` under ``benchmarks/results/`` in a source
-checkout, else under ``./jitops-bench-results`` (``--out`` chooses).
+``latest.md``, ``latest.json`` and ``latest.png`` under ``./jitops-bench-results`` (``--out``
+chooses); only ``--update-results`` replaces a checkout's committed ``benchmarks/results``.
 """
 
 from __future__ import annotations
@@ -22,9 +22,14 @@ _CHECKOUT = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), "benchmarks")
 
 
-def default_out() -> str:
+def checkout_results() -> str | None:
+    """The committed results of a source checkout (None for an installed package)."""
     if os.path.isfile(os.path.join(_CHECKOUT, "run.py")):
         return os.path.join(_CHECKOUT, "results")
+    return None
+
+
+def default_out() -> str:
     return os.path.abspath("jitops-bench-results")
 
 
@@ -51,9 +56,14 @@ def _run_case(case: cases.Case, scale: float) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m jitops bench", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--quick", action="store_true", help="fewer rounds (a rough look, ~1 min)")
+    p = argparse.ArgumentParser(
+        prog="python -m jitops bench",
+        description="The benchmark suite: jitops beside NumPy and, where installed, PyTorch, "
+                    "numexpr, pandas, Paddle; medians of interleaved rounds, paired ratios, a "
+                    "table and a plot.")
+    p.add_argument("--quick", action="store_true",
+                   help="a rough look in about a minute: the main rows with fewer rounds, a "
+                        "short sweep; no grid, neighbour rows or cold-start processes")
     p.add_argument("--cases", nargs="*", metavar="KEY",
                    help=f"only these cases ({', '.join(c.key for c in cases.CASES)}, "
                         f"neighbours, grid)")
@@ -71,11 +81,21 @@ def main(argv: list[str] | None = None) -> int:
                    help="also jitops-backed vs NumPy-backed Dask (needs jitops[dask])")
     p.add_argument("--check", action="store_true",
                    help="exit with status 1 when a SPEC target is missed")
-    p.add_argument("--out", default=default_out(),
-                   help="directory for latest.{md,json,png} (default: benchmarks/results in a "
-                        "checkout, else ./jitops-bench-results)")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument("--out", help="directory for latest.{md,json,png} (default: "
+                                     "./jitops-bench-results)")
+    where.add_argument("--update-results", action="store_true",
+                       help="replace the checkout's committed benchmarks/results")
     a = p.parse_args(argv)
-    scale = 0.35 if a.quick else 1.0
+    if a.update_results:
+        a.out = checkout_results()
+        if a.out is None:
+            p.error("--update-results: not a source checkout (no benchmarks/run.py)")
+    elif a.out is None:
+        a.out = default_out()
+    if a.quick:
+        a.no_grid = a.no_neighbours = a.no_cold = True
+    scale = 0.2 if a.quick else 1.0
     t_start = time.perf_counter()
 
     _progress("machine and threads ...")
@@ -126,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         result["extra_tables"].append(grid.markdown(result["grid"]))
     if not a.no_sweep:
         sweep = []
-        for i, n in enumerate(cases.SWEEP_SIZES, 1):
-            _progress(f"[sweep {i}/{len(cases.SWEEP_SIZES)}] subtract {n:,} elements ...")
+        sizes = cases.SWEEP_SIZES[::2] if a.quick else cases.SWEEP_SIZES
+        for i, n in enumerate(sizes, 1):
+            _progress(f"[sweep {i}/{len(sizes)}] subtract {n:,} elements ...")
             contenders, _ = cases.sweep_case(n)()
             s = harness.alternate(contenders, max(5, int(15 * scale)), budget_s=3 * scale)
             sweep.append({"n": n, "median_s": {k: harness.median(v) for k, v in s.items()}})
