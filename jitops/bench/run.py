@@ -173,6 +173,14 @@ def main(argv: list[str] | None = None) -> int:
                   f"{c['compile_new_signature_s']:.2f} s")
     result["elapsed_s"] = time.perf_counter() - t_start
     paths = report.write(result, a.out)
+    if a.update_results:  # the README's comparison comes from the committed results
+        readme = os.path.join(os.path.dirname(_CHECKOUT), "README.md")
+        with open(readme) as f:
+            text = f.read()
+        if report.BEGIN in text:
+            with open(readme, "w") as f:
+                f.write(report.with_summary(text, result))
+            paths.append(readme)
     for path in paths:
         _progress(f"wrote {os.path.relpath(path)}")
     if not any(p.endswith(".png") for p in paths):

@@ -1,0 +1,56 @@
+"""The README is a landing page that tells the truth: its examples run as shown, its table
+is the committed benchmark run's, its links lead somewhere, its set-up commands are CI's."""
+
+import doctest
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from jitops.bench import report
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def _pycon_blocks() -> list[str]:
+    return re.findall(r"```pycon\n(.*?)```", README, flags=re.S)
+
+
+def test_the_quickstart_runs_as_shown():
+    pytest.importorskip("pandas", reason="the Quickstart's pandas lines need pandas "
+                                         "(pip install -e '.[test]')")
+    source = "\n".join(_pycon_blocks())
+    assert source.count(">>>") > 10
+    parser = doctest.DocTestParser()
+    test = parser.get_doctest(source, {}, "README.md", "README.md", 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE
+                                   | doctest.ELLIPSIS)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries == len(test.examples)
+
+
+def test_the_comparison_is_the_committed_run():
+    result = json.loads((ROOT / "benchmarks" / "results" / "latest.json").read_text())
+    assert report.with_summary(README, result) == README, \
+        "regenerate: python -m jitops bench --update-results, or report.with_summary"
+
+
+def test_it_is_a_landing_page():
+    assert len(README.splitlines()) <= 200
+
+
+def test_its_links_lead_somewhere():
+    links = re.findall(r"\]\(([^)#]+)\)", README)
+    local = [link for link in links if "://" not in link]
+    assert local
+    for link in local:
+        assert (ROOT / link).exists(), link
+
+
+def test_its_test_command_is_cis():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert 'pip install -e ".[test]"' in README and 'pip install -q -e ".[test]"' in ci
+    command = "python -m pytest -q -n auto --dist loadfile"
+    assert command in README and command in ci
