@@ -1,10 +1,11 @@
 """Run the benchmark suite: ``python -m jitops bench`` (or ``python benchmarks/run.py``).
 
-Runs SPEC section 5's CPU rows side by side with NumPy and, where installed, PyTorch and
-numexpr; an in-run bandwidth probe; cold-start and compile times in fresh processes; a
-cost-versus-size sweep; and (with ``--dask``) jitops-backed against NumPy-backed Dask. Writes
-``latest.md``, ``latest.json`` and ``latest.png`` under ``./jitops-bench-results`` (``--out``
-chooses); only ``--update-results`` replaces a checkout's committed ``benchmarks/results``.
+Runs the project's benchmark rows (each with its target) side by side with NumPy and, where
+installed, PyTorch and numexpr; an in-run bandwidth probe; cold-start and compile times in
+fresh processes; a cost-versus-size sweep; and (with ``--dask``) jitops-backed against
+NumPy-backed Dask. Writes ``latest.md``, ``latest.json`` and ``latest.png`` under
+``./jitops-bench-results`` (``--out`` chooses); only ``--update-results`` replaces a checkout's
+committed ``benchmarks/results``.
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dask", action="store_true",
                    help="also jitops-backed vs NumPy-backed Dask (needs jitops[dask])")
     p.add_argument("--check", action="store_true",
-                   help="exit with status 1 when a SPEC target is missed")
+                   help="exit with status 1 when a row misses its target")
     where = p.add_mutually_exclusive_group()
     where.add_argument("--out", help="directory for latest.{md,json,png} (default: "
                                      "./jitops-bench-results)")
