@@ -120,3 +120,34 @@ def test_a_run_waits_for_quiet_cpus_and_gives_up_at_its_limit(monkeypatch):
     monkeypatch.setattr(harness, "_cpu_times", lambda: None)  # no /proc/stat
     q = harness.wait_for_quiet()
     assert q["busy_first"] is None and q["waited_s"] == 0.0
+
+
+@pytest.mark.parametrize("key", ["pdpd_axis1", "row_bcast", "sub_1e6_out"])
+def test_every_contender_computes_what_jitops_computes(key):
+    """The seeds' runtimes (Paddle's kernel, OpenVINO's compiled Subtract) and the others
+    answer the row's question: a wrong contender would make its ratio meaningless."""
+    import importlib.util
+
+    import numpy as np
+
+    from jitops.bench import cases
+
+    case = next(c for c in cases.CASES if c.key == key)
+    contenders, _ = case.build()
+    dest = contenders["jitops"]()  # the row's out=
+    want = dest.copy()
+    for name, fn in contenders.items():
+        dest[...] = np.nan
+        got = fn()
+        if isinstance(got, np.ndarray):
+            pass
+        elif hasattr(got, "detach"):  # a torch tensor (into out=)
+            got = got.numpy()
+        elif hasattr(got, "__dlpack__"):  # a new Paddle tensor
+            got = np.from_dlpack(got)
+        else:  # OpenVINO's results: written into the shared output
+            got = dest
+        np.testing.assert_allclose(got, want, rtol=1e-6, err_msg=name)
+    for name in ("paddle", "openvino"):
+        if importlib.util.find_spec(name) is not None:
+            assert name in contenders, name

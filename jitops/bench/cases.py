@@ -27,6 +27,68 @@ try:
 except ImportError:  # optional contender
     numexpr = None
 
+#: The threads the contenders get (set_threads): jitops' count.
+_THREADS = [1]
+
+
+def _paddle():
+    """Paddle, where installed (imported on first need: it takes seconds)."""
+    try:
+        import paddle
+    except ImportError:
+        return None
+    return paddle
+
+
+def _openvino():
+    try:
+        import openvino
+    except ImportError:
+        return None
+    return openvino
+
+
+def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
+    """The seeds' own runtimes on ``x - y`` where installed: Paddle's ``elementwise_sub``
+    kernel (its ``axis`` rule where jitops is given one; a new result: Paddle has no ``out=``)
+    on tensors sharing the arrays (DLPack), and OpenVINO's CPU plugin running a compiled
+    ``Subtract`` (``numpy`` or ``pdpd`` broadcast) with inputs and output sharing the arrays.
+    ``y`` is in jitops' convention (``kw``), ``yn`` in NumPy's.
+    A runtime that cannot take an operand (a transposed view) is left out of the row."""
+    c: dict[str, Callable[[], object]] = {}
+    axis = kw.get("axis", -1)
+    pdpd = kw.get("broadcast") == "pdpd"
+    paddle = _paddle()
+    if paddle is not None and x.flags.c_contiguous and y.flags.c_contiguous:
+        from paddle import _legacy_C_ops
+
+        px, py = paddle.from_dlpack(x), paddle.from_dlpack(y)
+        if pdpd:
+            c["paddle"] = lambda: _legacy_C_ops.elementwise_sub(px, py, "axis", axis)
+        else:
+            c["paddle"] = lambda: paddle.subtract(px, py)
+    ov = _openvino()
+    if ov is not None and x.flags.c_contiguous and y.flags.c_contiguous \
+            and o.flags.c_contiguous:
+        from openvino import opset13 as ops
+
+        # OpenVINO's Python API gives pdpd no axis (-1 only): an explicit axis runs as
+        # NumPy broadcasting of the reshaped Y, which is what the other contenders get
+        ov_pdpd = pdpd and axis == -1
+        yo = y if ov_pdpd else yn
+        a = ops.parameter(list(x.shape), ov.Type(x.dtype))
+        b = ops.parameter(list(yo.shape), ov.Type(yo.dtype))
+        model = ov.Model([ops.subtract(a, b, auto_broadcast="pdpd" if ov_pdpd else "numpy")],
+                         [a, b])
+        compiled = ov.Core().compile_model(model, "CPU", {
+            "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": _THREADS[0]})
+        req = compiled.create_infer_request()
+        req.set_input_tensor(0, ov.Tensor(x, shared_memory=True))
+        req.set_input_tensor(1, ov.Tensor(yo, shared_memory=True))
+        req.set_output_tensor(0, ov.Tensor(o, shared_memory=True))
+        c["openvino"] = req.infer
+    return c
+
 
 @dataclass
 class Case:
@@ -63,6 +125,7 @@ def _subtract_into(x, y, o, y_numpy=None, **kw) -> dict[str, Callable[[], object
         c["torch"] = lambda: torch.sub(tx, ty, out=to)
     if numexpr is not None:
         c["numexpr"] = _ne("x - y", out=o, x=x, y=yn)
+    c.update(_seeds(x, y if kw.get("broadcast") == "pdpd" else yn, yn, o, kw))
     return c
 
 
@@ -256,6 +319,7 @@ def sweep_case(n: int) -> Callable[[], tuple[dict[str, Callable[[], object]], in
 
 def set_threads(n: int) -> None:
     """Give the optional contenders the same thread count jitops runs with."""
+    _THREADS[0] = n
     if torch is not None:
         torch.set_num_threads(n)
     if numexpr is not None:

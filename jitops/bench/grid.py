@@ -18,7 +18,7 @@ from . import harness
 
 VARIANTS = ("contig", "scalar", "strided", "tiled")
 DTYPES = ("float16", "float32", "float64", "int16", "complex128")
-SIZES = (10**4, 10**5, 10**6, 10**7)
+SIZES = (10**2, 10**3, 10**4, 10**5, 10**6, 10**7)
 
 
 def _arrays(variant: str, dtype: str, n: int):
@@ -77,14 +77,26 @@ def markdown(grid: dict) -> str:
     head = " | ".join(f"{n:.0e}" for n in grid["sizes"])
     lines = ["Grid: `x - y` into `out=`, speed-up over NumPy (NumPy's time / jitops'; paired "
              "rounds) by loop variant, dtype and elements (tiled: square `X.T - Y` of about "
-             "that many):", "", f"| variant | dtype | {head} |",
-             "|---|---|" + "---:|" * len(grid["sizes"])]
+             "that many); *passes NumPy from*: the smallest size from which every cell of the "
+             "row is at least 1×:", "", f"| variant | dtype | {head} | passes NumPy from |",
+             "|---|---|" + "---:|" * (len(grid["sizes"]) + 1)]
     for v in grid["variants"]:
         for d in grid["dtypes"]:
-            vals = " | ".join(f"{_cell(grid, v, d, k)['ratio']:.2f}×"
-                              for k in range(len(grid["sizes"])))
-            lines.append(f"| {v} | {d} | {vals} |")
+            ratios = [_cell(grid, v, d, k)["ratio"] for k in range(len(grid["sizes"]))]
+            vals = " | ".join(f"{r:.2f}×" for r in ratios)
+            lines.append(f"| {v} | {d} | {vals} | {crossover(grid['sizes'], ratios)} |")
     return "\n".join(lines)
+
+
+def crossover(sizes, ratios) -> str:
+    """The smallest size from which jitops is at least NumPy's speed at every larger size."""
+    start = None
+    for n, r in zip(sizes, ratios):
+        if r >= 1.0:
+            start = n if start is None else start
+        else:
+            start = None
+    return "never" if start is None else f"{start:.0e}"
 
 
 def plot(grid: dict, ax) -> None:

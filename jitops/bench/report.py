@@ -7,7 +7,11 @@ import os
 
 NAMES = {"jitops": "jitops", "numpy": "NumPy", "torch": "PyTorch", "numexpr": "numexpr",
          "probe": "probe", "pandas": "pandas", "paddle": "Paddle",
-         "ndarray": "jitops on ndarrays"}
+         "ndarray": "jitops on ndarrays", "openvino": "OpenVINO"}
+
+
+#: A row moving fewer bytes than this runs in the caches: no share of the memory limit.
+LIMIT_MIN_BYTES = 64 << 20
 
 
 def _fmt_time(s: float | None) -> str:
@@ -44,26 +48,37 @@ def markdown(result: dict) -> str:
         f"numexpr {m['numexpr'] or 'not installed'}; {m['date']}.",
         "",
         f"In-run bandwidth probe (parallel Numba STREAM loops on 128 MiB arrays): "
-        f"`o = x - y` {bw['stream_sub_GBps']:.1f} GB/s, copy {bw['stream_copy_GBps']:.1f} GB/s.",
+        f"`o = x - y` {bw['stream_sub_GBps']:.1f} GB/s, copy {bw['stream_copy_GBps']:.1f} GB/s"
+        + (f", `o = x - y` with non-temporal stores {bw['stream_sub_nt_GBps']:.1f} GB/s"
+           if "stream_sub_nt_GBps" in bw else "")
+        + ". *% of limit*: jitops' GB/s over the faster `o = x - y` (rows that move less "
+          "than the caches hold: -).",
         "",
         *_quiet_lines(result.get("quiet")),
         "Medians of per-call times over rounds in which the contenders alternate call by call; a "
         "ratio is the median of the per-round ratios (the other's time / jitops'), so >1 means "
         "jitops is faster. float32 unless said.",
         "",
-        "| case | jitops | NumPy | PyTorch | numexpr | jitops GB/s | vs NumPy | vs PyTorch "
-        "| target | met |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---|:-:|",
+        "| case | jitops | NumPy | PyTorch | numexpr | Paddle | OpenVINO | jitops GB/s "
+        "| % of limit | vs NumPy | vs PyTorch | vs Paddle | vs OpenVINO | target | met |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|:-:|",
     ]
+    limit = bw.get("limit_GBps")
+
+    def vs(ratios: dict, key: str) -> str:
+        return f"{ratios[key]:.2f}×" if key in ratios else "-"
+
     for r in result["cases"]:
         med = r["median_s"]
         ratios = r["ratios"]
-        vs_torch = f"{ratios['torch']:.2f}×" if "torch" in ratios else "-"
+        share = (f"{100 * r['gbps']['jitops'] / limit:.0f}%"
+                 if limit and r["bytes"] >= LIMIT_MIN_BYTES else "-")
         lines.append(
             f"| {r['title']} | {_fmt_time(med.get('jitops'))} | {_fmt_time(med.get('numpy'))} "
             f"| {_fmt_time(med.get('torch'))} | {_fmt_time(med.get('numexpr'))} "
-            f"| {r['gbps']['jitops']:.1f} | {ratios['numpy']:.2f}× "
-            f"| {vs_torch} "
+            f"| {_fmt_time(med.get('paddle'))} | {_fmt_time(med.get('openvino'))} "
+            f"| {r['gbps']['jitops']:.1f} | {share} | {vs(ratios, 'numpy')} "
+            f"| {vs(ratios, 'torch')} | {vs(ratios, 'paddle')} | {vs(ratios, 'openvino')} "
             f"| {r['target_text']} | {_verdict(r)} |")
     c = result.get("cold_start")
     if c:
@@ -200,15 +215,17 @@ def summary(result: dict) -> str:
     medians, >1: jitops faster) for :data:`SUMMARY_ROWS`, and the run it comes from."""
     m = result["machine"]
     rows = {r["key"]: r for r in result["cases"]}
-    lines = ["| call | jitops | vs NumPy | vs PyTorch |", "|---|---:|---:|---:|"]
+    others = [k for k in ("numpy", "torch", "paddle", "openvino")
+              if any(k in rows[key]["ratios"] for key in SUMMARY_ROWS if key in rows)]
+    lines = ["| call | jitops | " + " | ".join(f"vs {NAMES[k]}" for k in others) + " |",
+             "|---|---:|" + "---:|" * len(others)]
     for key in SUMMARY_ROWS:
         r = rows.get(key)
         if r is None:
             continue
         ratios = r["ratios"]
-        torch = f"{ratios['torch']:.2f}×" if "torch" in ratios else "-"
-        lines.append(f"| {r['title']} | {_fmt_time(r['median_s']['jitops'])} "
-                     f"| {ratios['numpy']:.2f}× | {torch} |")
+        vals = " | ".join(f"{ratios[k]:.2f}×" if k in ratios else "-" for k in others)
+        lines.append(f"| {r['title']} | {_fmt_time(r['median_s']['jitops'])} | {vals} |")
     c = result.get("cold_start")
     tail = (f" `import jitops` {c['import_s']:.2f} s; a first call that compiles "
             f"{c['compile_new_signature_s']:.2f} s, one loaded from the kernel cache "

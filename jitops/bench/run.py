@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
         if quiet["busy_first"] is not None else " (no /proc/stat: not measured)"))
     _progress("bandwidth probe ...")
     probe = harness.bandwidth_probe(rounds=max(5, int(9 * scale)))
-    _progress(f"  o = x - y: {probe['stream_sub_GBps']:.1f} GB/s, "
+    _progress(f"  o = x - y: {probe['stream_sub_GBps']:.1f} GB/s"
+              f" (non-temporal stores: {probe.get('stream_sub_nt_GBps', float('nan')):.1f}), "
               f"copy: {probe['stream_copy_GBps']:.1f} GB/s")
 
     selected = [c for c in cases.CASES if not a.cases or c.key in a.cases]
