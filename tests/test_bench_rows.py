@@ -151,3 +151,21 @@ def test_every_contender_computes_what_jitops_computes(key):
     for name in ("paddle", "openvino"):
         if importlib.util.find_spec(name) is not None:
             assert name in contenders, name
+
+
+@pytest.mark.parametrize("n, offset", [(1000, 0), (4099, 1), (70_001, 3), (5, 0)])
+def test_the_non_temporal_probe_computes_x_minus_y(n, offset):
+    """The limit the '% of limit' column divides by comes from a loop that is right (heads,
+    tails and misaligned starts included) and that really streams."""
+    import numpy as np
+
+    from jitops.bench import harness
+
+    x = np.random.default_rng(1).random(n + offset, dtype=np.float32)[offset:]
+    y = x[::-1].copy()
+    o = np.full(n + offset, np.nan, np.float32)[offset:]
+    harness.stream_sub_nt(x, y, o)
+    np.testing.assert_array_equal(o, x - y)
+    if harness._STREAMS:
+        asm = harness.stream_sub_nt.inspect_asm(harness.stream_sub_nt.signatures[0])
+        assert "vmovnt" in asm or "movnt" in asm

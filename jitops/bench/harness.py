@@ -184,15 +184,15 @@ def stream_sub_nt(x, y, o):  # pragma: no cover - compiled
     no read of each output line before it is written, so three transfers for three arrays --
     the limit an elementwise op can reach."""
     n = x.size
-    p = _data(o)
+    p, px, py = _data(o), _data(x), _data(y)
     for t in prange(_NT_TASKS):
         lo = t * n // _NT_TASKS
         hi = (t + 1) * n // _NT_TASKS
         mid = lo + stream_head(p, lo, hi - lo)
         for i in range(lo, mid):
-            o[i] = x[i] - y[i]
+            p[i] = px[i] - py[i]
         for i in range(mid, hi):
-            stream_put(p, i, x[i] - y[i])
+            stream_put(p, i, px[i] - py[i])
         store_fence()
 
 
