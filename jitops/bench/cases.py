@@ -69,7 +69,7 @@ def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
             c["paddle"] = lambda: paddle.subtract(px, py)
     ov = _openvino()
     if ov is not None and x.flags.c_contiguous and y.flags.c_contiguous \
-            and o.flags.c_contiguous:
+            and (o is None or o.flags.c_contiguous):
         from openvino import opset13 as ops
 
         # OpenVINO's Python API gives pdpd no axis (-1 only): an explicit axis runs as
@@ -85,7 +85,8 @@ def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
         req = compiled.create_infer_request()
         req.set_input_tensor(0, ov.Tensor(x, shared_memory=True))
         req.set_input_tensor(1, ov.Tensor(yo, shared_memory=True))
-        req.set_output_tensor(0, ov.Tensor(o, shared_memory=True))
+        if o is not None:  # out=: the output shares it too (else OpenVINO's own buffer)
+            req.set_output_tensor(0, ov.Tensor(o, shared_memory=True))
         c["openvino"] = req.infer
     return c
 
@@ -149,6 +150,7 @@ def _sub_new(n: int):
             c["torch"] = lambda: torch.sub(tx, ty)
         if numexpr is not None:
             c["numexpr"] = _ne("x - y", x=x, y=y)
+        c.update(_seeds(x, y, y, None, {}))
         return c, 3 * x.nbytes
     return build
 
