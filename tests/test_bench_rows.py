@@ -166,6 +166,6 @@ def test_the_non_temporal_probe_computes_x_minus_y(n, offset):
     o = np.full(n + offset, np.nan, np.float32)[offset:]
     harness.stream_sub_nt(x, y, o)
     np.testing.assert_array_equal(o, x - y)
-    if harness._STREAMS:
+    if harness.STREAMS:
         asm = harness.stream_sub_nt.inspect_asm(harness.stream_sub_nt.signatures[0])
         assert "vmovnt" in asm or "movnt" in asm

@@ -25,7 +25,7 @@ import numpy as np
 from numba import njit, prange, types
 from numba.extending import intrinsic
 
-from ..cpu.stream import AVAILABLE as _STREAMS
+from ..cpu.stream import AVAILABLE as STREAMS
 from ..cpu.stream import store_fence, stream_head, stream_put
 
 
@@ -196,6 +196,15 @@ def stream_sub_nt(x, y, o):  # pragma: no cover - compiled
         store_fence()
 
 
+def limit_contender(nbytes: int) -> Callable[[], object]:
+    """:func:`stream_sub_nt` on float32 arrays moving ``nbytes`` in all (reads + writes), as a
+    benchmark contender: a row's limit, timed in the same rounds as the row."""
+    n = max(1, nbytes // 12)
+    x = np.random.default_rng(0).random(n, dtype=np.float32)
+    y, o = x[::-1].copy(), np.empty_like(x)
+    return lambda: stream_sub_nt(x, y, o)
+
+
 def bandwidth_probe(n: int = 1 << 25, rounds: int = 9) -> dict[str, float]:
     """GB/s of a parallel STREAM add-like ``o = x - y`` (ordinary stores, and non-temporal
     stores where the CPU has them) and copy on arrays far bigger than the caches (float32,
@@ -205,16 +214,16 @@ def bandwidth_probe(n: int = 1 << 25, rounds: int = 9) -> dict[str, float]:
     y = x[::-1].copy()
     o = np.empty_like(x)
     loops = {"sub": lambda: stream_sub(x, y, o), "copy": lambda: stream_copy(x, o)}
-    if _STREAMS:
+    if STREAMS:
         loops["sub_nt"] = lambda: stream_sub_nt(x, y, o)
     s = alternate(loops, rounds, min_batch_s=0.0)
-    if _STREAMS:
+    if STREAMS:
         stream_sub_nt(x, y, o)
-    if _STREAMS and not np.array_equal(o, x - y):
+    if STREAMS and not np.array_equal(o, x - y):
         raise AssertionError("the non-temporal probe computed a wrong o = x - y")
     r = {"stream_sub_GBps": 3 * x.nbytes / median(s["sub"]) / 1e9,
          "stream_copy_GBps": 2 * x.nbytes / median(s["copy"]) / 1e9}
-    if _STREAMS:
+    if STREAMS:
         r["stream_sub_nt_GBps"] = 3 * x.nbytes / median(s["sub_nt"]) / 1e9
     r["limit_GBps"] = max(r["stream_sub_GBps"], r.get("stream_sub_nt_GBps", 0.0))
     return r

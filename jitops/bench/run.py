@@ -50,6 +50,10 @@ def _run_case(case: cases.Case, scale: float) -> dict:
     # NumPy, PyTorch and numexpr stay measured as before they joined.
     seeds = {n: f for n, f in contenders.items() if n in SEEDS}
     main = {n: f for n, f in contenders.items() if n not in SEEDS}
+    if nbytes >= report.LIMIT_MIN_BYTES and harness.STREAMS:
+        # the limit in the same rounds (the machine's bandwidth drifts within minutes): the
+        # non-temporal probe moving as many bytes; its time over jitops' is the share
+        main["limit"] = harness.limit_contender(nbytes)
     s = harness.alternate(main, rounds, budget_s=case.budget_s * scale)
     med = {n: harness.median(v) for n, v in s.items()}
     ratios = {n: harness.paired_ratio(v, s["jitops"]) for n, v in s.items() if n != "jitops"}
