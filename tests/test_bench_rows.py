@@ -33,6 +33,13 @@ def test_neighbour_rows_run_and_render():
                                    for v in r["slowdown"].values())
         assert table.count("alternating with PyTorch") == 2
     assert any("busy core" in s for s in said)
+    sp = res["sporadic"]
+    assert [r["key"] for r in sp] == ["sporadic_sleep", "sporadic_busy"]
+    for r in sp:
+        assert r["median_s"]["jitops"] > 0 and "numpy" in r["ratios"]
+        assert r["met"] == all(r["ratios"].get(k, float("inf")) >= t
+                               for k, t in neighbours.SPORADIC_TARGETS.items())
+    assert "after 2 ms asleep" in table and "CPU time the process burns" in table
 
 
 def test_no_busy_process_outlives_an_error():

@@ -158,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
 
         result["neighbours"] = nb = neighbours.run(scale, _progress)
         result["extra_tables"].append(neighbours.markdown(nb))
-        missed += [r["key"] for r in [nb["contended"], *nb["beside_torch"]] if not r["met"]]
+        missed += [r["key"] for r in [nb["contended"], *nb["beside_torch"], *nb["sporadic"]]
+                   if not r["met"]]
     if not a.no_grid and (not a.cases or "grid" in a.cases):
         from . import grid
 
