@@ -164,7 +164,7 @@ def plot(result: dict, path: str) -> bool:
     ax.set_xscale("log")
     ax.set_xlabel("speed-up over NumPy (NumPy time / contender time; black bar: jitops target)")
     ax.legend(loc="lower right")
-    ax.set_title("SPEC §5 cases")
+    ax.set_title("the benchmark's cases")
 
     sw = result.get("sweep")
     if sw:
