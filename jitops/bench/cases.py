@@ -49,24 +49,20 @@ def _openvino():
 
 
 def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
-    """The seeds' own runtimes on ``x - y`` where installed: Paddle's ``elementwise_sub``
-    kernel (its ``axis`` rule where jitops is given one; a new result: Paddle has no ``out=``)
-    on tensors sharing the arrays (DLPack), and OpenVINO's CPU plugin running a compiled
-    ``Subtract`` (``numpy`` or ``pdpd`` broadcast) with inputs and output sharing the arrays.
+    """The seeds' own runtimes on ``x - y`` where installed: Paddle's ``paddle.subtract`` (a
+    new result: Paddle has no ``out=``) on tensors sharing the arrays (DLPack), and
+    OpenVINO's CPU plugin running a compiled ``Subtract`` (``numpy`` or ``pdpd`` broadcast)
+    with inputs and output sharing the arrays.
     ``y`` is in jitops' convention (``kw``), ``yn`` in NumPy's.
     A runtime that cannot take an operand (a transposed view) is left out of the row."""
     c: dict[str, Callable[[], object]] = {}
     axis = kw.get("axis", -1)
     pdpd = kw.get("broadcast") == "pdpd"
     paddle = _paddle()
-    if paddle is not None and x.flags.c_contiguous and y.flags.c_contiguous:
-        from paddle import _legacy_C_ops
-
-        px, py = paddle.from_dlpack(x), paddle.from_dlpack(y)
-        if pdpd:
-            c["paddle"] = lambda: _legacy_C_ops.elementwise_sub(px, py, "axis", axis)
-        else:
-            c["paddle"] = lambda: paddle.subtract(px, py)
+    if paddle is not None and x.flags.c_contiguous and yn.flags.c_contiguous:
+        # paddle.subtract, its public op, broadcasts as NumPy does: Y in NumPy's convention
+        px, py = paddle.from_dlpack(x), paddle.from_dlpack(np.ascontiguousarray(yn))
+        c["paddle"] = lambda: paddle.subtract(px, py)
     ov = _openvino()
     if ov is not None and x.flags.c_contiguous and y.flags.c_contiguous \
             and (o is None or o.flags.c_contiguous):
