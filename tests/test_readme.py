@@ -54,3 +54,17 @@ def test_its_test_command_is_cis():
     assert 'pip install -e ".[test]"' in README and 'pip install -q -e ".[test]"' in ci
     command = "python -m pytest -q -n auto --dist loadfile"
     assert command in README and command in ci
+
+
+@pytest.mark.parametrize("page", sorted(p.relative_to(ROOT).as_posix()
+                                        for p in (ROOT / "docs").rglob("*.md")
+                                        if "_build" not in p.parts and ">>>" in p.read_text()))
+def test_the_docs_examples_run_as_shown(page):
+    """Every ``>>>`` example of the user guide gives the output the page shows."""
+    text = (ROOT / page).read_text()
+    source = "\n".join(b for b in re.findall(r"```(?:python|pycon)\n(.*?)```", text, flags=re.S)
+                       if ">>>" in b)
+    test = doctest.DocTestParser().get_doctest(source, {}, page, page, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
+    runner.run(test)
+    assert runner.failures == 0 and runner.tries > 0
