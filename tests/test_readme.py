@@ -14,21 +14,25 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
-def _pycon_blocks() -> list[str]:
-    return re.findall(r"```pycon\n(.*?)```", README, flags=re.S)
+def _examples(text: str) -> str:
+    """The ``>>>`` examples of a markdown text's python/pycon blocks."""
+    return "\n".join(b for b in re.findall(r"```(?:python|pycon)\n(.*?)```", text, flags=re.S)
+                     if ">>>" in b)
+
+
+def _run_examples(source: str, name: str, flags: int = 0) -> doctest.TestResults:
+    test = doctest.DocTestParser().get_doctest(source, {}, name, name, 0)
+    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE | flags)
+    return runner.run(test)
 
 
 def test_the_quickstart_runs_as_shown():
     pytest.importorskip("pandas", reason="the Quickstart's pandas lines need pandas "
                                          "(pip install -e '.[test]')")
-    source = "\n".join(_pycon_blocks())
+    source = _examples(README)
     assert source.count(">>>") > 10
-    parser = doctest.DocTestParser()
-    test = parser.get_doctest(source, {}, "README.md", "README.md", 0)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE
-                                   | doctest.ELLIPSIS)
-    runner.run(test)
-    assert runner.failures == 0 and runner.tries == len(test.examples)
+    res = _run_examples(source, "README.md", doctest.ELLIPSIS)
+    assert res.failed == 0 and res.attempted == len(doctest.DocTestParser().get_examples(source))
 
 
 def test_the_comparison_is_the_committed_run():
@@ -61,10 +65,5 @@ def test_its_test_command_is_cis():
                                         if "_build" not in p.parts and ">>>" in p.read_text()))
 def test_the_docs_examples_run_as_shown(page):
     """Every ``>>>`` example of the user guide gives the output the page shows."""
-    text = (ROOT / page).read_text()
-    source = "\n".join(b for b in re.findall(r"```(?:python|pycon)\n(.*?)```", text, flags=re.S)
-                       if ">>>" in b)
-    test = doctest.DocTestParser().get_doctest(source, {}, page, page, 0)
-    runner = doctest.DocTestRunner(optionflags=doctest.NORMALIZE_WHITESPACE)
-    runner.run(test)
-    assert runner.failures == 0 and runner.tries > 0
+    res = _run_examples(_examples((ROOT / page).read_text()), page)
+    assert res.failed == 0 and res.attempted > 0

@@ -9,6 +9,7 @@ the probe's bandwidth jitops reaches.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,21 +32,13 @@ except ImportError:  # optional contender
 _THREADS = [1]
 
 
-def _paddle():
-    """Paddle, where installed (imported on first need: it takes seconds)."""
+def _optional(name: str):
+    """A contender's module where installed (Paddle and OpenVINO are imported on first need:
+    they take seconds)."""
     try:
-        import paddle
+        return importlib.import_module(name)
     except ImportError:
         return None
-    return paddle
-
-
-def _openvino():
-    try:
-        import openvino
-    except ImportError:
-        return None
-    return openvino
 
 
 def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
@@ -58,12 +51,12 @@ def _seeds(x, y, yn, o, kw) -> dict[str, Callable[[], object]]:
     c: dict[str, Callable[[], object]] = {}
     axis = kw.get("axis", -1)
     pdpd = kw.get("broadcast") == "pdpd"
-    paddle = _paddle()
+    paddle = _optional("paddle")
     if paddle is not None and x.flags.c_contiguous and yn.flags.c_contiguous:
         # paddle.subtract, its public op, broadcasts as NumPy does: Y in NumPy's convention
-        px, py = paddle.from_dlpack(x), paddle.from_dlpack(np.ascontiguousarray(yn))
+        px, py = paddle.from_dlpack(x), paddle.from_dlpack(yn)
         c["paddle"] = lambda: paddle.subtract(px, py)
-    ov = _openvino()
+    ov = _optional("openvino")
     if ov is not None and x.flags.c_contiguous and y.flags.c_contiguous \
             and (o is None or o.flags.c_contiguous):
         from openvino import opset13 as ops
@@ -122,7 +115,7 @@ def _subtract_into(x, y, o, y_numpy=None, **kw) -> dict[str, Callable[[], object
         c["torch"] = lambda: torch.sub(tx, ty, out=to)
     if numexpr is not None:
         c["numexpr"] = _ne("x - y", out=o, x=x, y=yn)
-    c.update(_seeds(x, y if kw.get("broadcast") == "pdpd" else yn, yn, o, kw))
+    c.update(_seeds(x, y, yn, o, kw))
     return c
 
 

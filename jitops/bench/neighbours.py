@@ -19,6 +19,7 @@ import numpy as np
 import jitops
 
 from . import harness
+from .report import NAMES
 
 try:
     import torch
@@ -85,7 +86,7 @@ def sporadic(scale: float) -> list[dict]:
                    "asleep" if kind == "sleep" else "of busy Python"),
                "median_s": {n: harness.median(v) for n, v in samples.items()},
                "ratios": ratios, "met": met,
-               "target_text": ", ".join(f"≥ {t:g}× {'NumPy' if k == 'numpy' else 'PyTorch'}"
+               "target_text": ", ".join(f"≥ {t:g}× {NAMES[k]}"
                                         for k, t in SPORADIC_TARGETS.items())}
         if kind == "sleep":
             row["gap_cpu_s"] = {n: statistics.median(v) for n, v in cpu.items()}
@@ -209,18 +210,15 @@ def markdown(result: dict) -> str:
         lines.append("| alternating with PyTorch | - | - | - | PyTorch not installed | |")
     for r in result.get("sporadic", []):
         med, rat = r["median_s"], r["ratios"]
-        others = "; ".join(f"{'NumPy' if k == 'numpy' else 'PyTorch'} {fmt(med[k])}"
-                           for k in ("numpy", "torch") if k in med)
-        ratio = ", ".join(f"{v:.2f}× {'NumPy' if k == 'numpy' else 'PyTorch'}"
-                          for k, v in rat.items())
+        others = "; ".join(f"{NAMES[k]} {fmt(med[k])}" for k in med if k != "jitops")
+        ratio = ", ".join(f"{v:.2f}× {NAMES[k]}" for k, v in rat.items())
         lines.append(f"| {r['title']} | {fmt(med['jitops'])} | {others} | {ratio} "
                      f"| {r['target_text']} | {'✅' if r['met'] else '❌'} |")
     cpu = next((r["gap_cpu_s"] for r in result.get("sporadic", []) if "gap_cpu_s" in r), None)
     if cpu:
         lines += ["", "CPU time the process burns in 2 ms asleep right after a call (its "
                   "threads still spinning or yielding): " + ", ".join(
-                      f"{'NumPy' if k == 'numpy' else 'PyTorch' if k == 'torch' else k} "
-                      f"{fmt(v)}" for k, v in cpu.items()) + "."]
+                      f"{NAMES[k]} {fmt(v)}" for k, v in cpu.items()) + "."]
     return "\n".join(lines)
 
 
