@@ -13,17 +13,19 @@ the first call settled on. A NumPy scalar is the 0-d array the pipeline would ma
 Integer ``elementwise_div`` repeats only once y is found free of zeros (the pipeline raises
 ZeroDivisionError before writing).
 
-A repeat with the very same objects as the public function's last call skips even the key
-(:func:`_remember`): the kernel is handed a meta with header checks and verifies that each
-object still is an ndarray of that exact type, dtype object, shape and strides (an array
-reshaped or retyped in place, or another object at a reused address, is refused and goes the
-keyed way). A parallel repeat is remembered with the thread count its meta is balanced for,
-and taken only while the calling thread's count is still that.
+A repeat of the public function's last call (the same keywords, and out given or not as
+then) skips even the key (:class:`_Repeat`): a serial one calls the compiled entry bound to
+that launch with the objects themselves (jitops.cpu.fastcall), and the kernel's header
+checks verify that each is an ndarray of that exact type, dtype object, shape and strides
+(another object, or an array reshaped or retyped in place, is refused and goes the keyed
+way). A parallel repeat is taken for the very same objects, with the thread count its meta is
+balanced for, and only while the calling thread's count is still that.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,7 +34,7 @@ from .core import protocols, tensors
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
-from .cpu import parallel
+from .cpu import fastcall, parallel
 from .dask import backend as dask
 
 if TYPE_CHECKING:
@@ -80,38 +82,40 @@ def public_op(op: str, fname: str):
     written into it, so a repeat costs one Python frame, not two (0.1 us of the ~1.5 us a
     repeated small call costs)."""
 
-    memo = [None]  # the last serial repeat, by the identity of its arguments (_remember)
+    memo = [None]  # the last repeat (a _Repeat), by its arguments' kinds (_remember)
     _MEMOS.append(memo)
 
     def fn(x: object, y: object, *, broadcast: Broadcast = "numpy", axis: int = -1,
            act: Activation | None = None, out: Any = None, device: Device = None) -> Any:
-        m = memo[0]
-        if m is not None and id(x) == m[0] and id(y) == m[1] and id(out) == m[2] \
-                and broadcast is m[3] and axis is m[4] and act is m[5] and device is None:
-            # The same objects as the last call: its launch, whose meta makes the kernel
-            # check that each object still is that ndarray (type, dtype, shape, strides).
-            launch = m[6]
-            target = out if out is not None else launch.new_output()
-            threads = m[9]
-            if threads == 1:
-                status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y), m[7])
-            elif m[10] == _STAMP[0] or _same_count(memo, m):
-                # a parallel repeat: the same launch, one frame (the count unchanged since
-                # it was recorded, as the stamp shows, or as asked), its arguments made once
-                # where they are the same objects (out=)
-                a = m[12]
-                status = _launch(m[11], a if a is not None else (
-                    launch.task, _ref(target), _ref(x), _ref(y), m[7]), threads)
-            else:  # another thread count now (threads(n), set_num_threads): the key
-                status = None
+        r = memo[0]
+        if r is not None and broadcast is r.broadcast and axis is r.axis and act is r.act \
+                and device is None and (out is None) is r.new:
+            # The last call's launch, whose meta makes the kernel check that each object
+            # is an ndarray of the type, dtype, shape and strides it was planned for.
+            native = r.native
+            if native is None:
+                status, target = _repeat(memo, r, x, y, out)
+            elif out is not None:  # serial: the compiled entry, handed the objects
+                status = native(out, x, y)
+                if status == _OK:
+                    return out
+                target = out
+            elif r.makes:  # which makes the result too: it, (status, it) or a status
+                target = native(x, y)
+                if type(target) is _ND:
+                    return target
+                status, target = target if type(target) is tuple else (target, None)
+            else:
+                target = r.new_output()
+                status = native(target, x, y)
             if status == _OK:
                 return target
             if status is not None:
                 if status >= _FP_RAISED:  # written: NumPy's errstate decides the rest
-                    launch.report(status, fname)
+                    r.launch.report(status, fname)
                     return target
-                launch.check(status, fname, out)  # raises if a task failed
-            # not those arrays any more (or misaligned, overlapping, read-only): the key
+                r.launch.check(status, fname, out)  # raises if a task failed
+            # not such arrays (or misaligned, overlapping, read-only): the key
         if device is None and type(axis) is int:
             tx, ty = type(x), type(y)
             if tx is _ND and ty is _ND:
@@ -172,37 +176,91 @@ def public_op(op: str, fname: str):
 _PUBLIC: dict[tuple[str, str], object] = {}
 #: Each public function's memo cell (reset by :func:`clear`).
 _MEMOS: list = []
-#: A fast-path key -> (meta with header checks, its address, the dtype objects it names).
+#: A fast-path key -> (meta with header checks, its address, the dtype objects it names, the
+#: compiled entry bound to it, the one that makes new results too; each or None).
 _HEADERS: dict = {}
 
 
-def _same_count(memo: list, m: tuple) -> bool:
-    """Whether the calling thread's count is still that of the parallel memo entry ``m``
-    (asked: the stamp moved on since it was recorded); if so, the entry takes the new stamp
-    (so that after a ``threads()`` block somewhere, or a ``set_num_threads`` to the same
-    count, its repeats stop asking)."""
+class _Repeat:
+    """A public function's last repeat (see :func:`_remember`): the keywords it was called
+    with, whether it made a new result, its launch and how a repeat runs it.
+
+    ``native`` is the compiled entry bound to the launch and to a meta with header checks
+    (jitops.cpu.fastcall): it takes any objects and the kernel refuses those that are not
+    such ndarrays, so a serial repeat needs no identity. Without it (the hook off) and for a
+    parallel launch, the repeat is taken for the very same objects (``ids``): a parallel one
+    launches with arguments made once (``args``, with ``out=``), and only while the calling
+    thread's count is still ``threads`` (``stamp``: jitops.cpu.parallel.STAMP when it was
+    read).
+    """
+
+    __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
+                 "headers", "meta", "threads", "ids", "stamp", "drivers", "args")
+
+    def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp):
+        self.broadcast, self.axis, self.act = broadcast, axis, act
+        self.new = out is None
+        self.launch, self.headers, self.meta = launch, headers, headers[1]
+        self.new_output = launch.output_maker()
+        self.native = None
+        self.makes = False  # the native entry makes the new result (f(x, y))
+        if threads == 1:
+            self.native = headers[4] if self.new and headers[4] is not None else headers[3]
+            self.makes = self.native is headers[4]
+        self.threads, self.ids = threads, ids
+        #: the stamp read before the count (see _remember); None, while a threads() block is
+        #: open, is kept as -1, which no stamp equals
+        self.stamp = -1 if stamp is None else stamp
+        self.drivers = _drivers(_KERNELS, _SIG) if threads > 1 else None
+        self.args = None
+
+
+def _repeat(memo: list, r: _Repeat, x, y, out):
+    """(status, target) of a repeat without a compiled entry (see :class:`_Repeat`); status
+    None where the repeat does not apply (other objects, another thread count)."""
+    if r.ids != (id(x), id(y), id(out)):
+        return None, None
+    launch = r.launch
+    target = out if out is not None else r.new_output()
+    if r.threads == 1:
+        return launch.entry(launch.task, _ref(target), _ref(x), _ref(y), r.meta), target
+    if r.stamp != _STAMP[0] and not _same_count(memo, r):
+        return None, None  # another thread count now (threads(n), set_num_threads): the key
+    # a parallel repeat: the same launch, its arguments made once where they are the same
+    # objects (out=)
+    a = r.args
+    if a is None:
+        a = (launch.task, _ref(target), _ref(x), _ref(y), r.meta)
+        if out is not None:
+            r.args = a
+    return _launch(r.drivers, a, r.threads), target
+
+
+def _same_count(memo: list, r: _Repeat) -> bool:
+    """Whether the calling thread's count is still that of the parallel repeat ``r`` (asked:
+    the stamp moved on since it was recorded); if so, ``r`` takes the new stamp (so that
+    after a ``threads()`` block somewhere, or a ``set_num_threads`` to the same count, its
+    repeats stop asking)."""
     stamp = _STAMP[0]  # before the count (see _remember)
-    if _num_threads() != m[9]:
+    if _num_threads() != r.threads:
         return False
     if stamp is not None:
-        memo[0] = m[:10] + (stamp,) + m[11:]
+        r.stamp = stamp
     return True
 
 
 def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, stamp=None):
-    """The memo entry of a repeat that just ran: the identity of its arguments, and a meta
-    (balanced for ``threads``, 1 for a serial launch) whose header checks
-    (jitops.cpu.kernels.header_checks) let the kernel verify that objects with those
-    identities are still the same kind of ndarray. The keyed path costs ~0.6 us more per call
-    warm (building and hashing the key), and several times that right after a parallel job
-    has swept the caches. None where headers cannot be read.
+    """The :class:`_Repeat` of a call that just ran: a meta (balanced for ``threads``, 1 for
+    a serial launch) whose header checks (jitops.cpu.kernels.header_checks) let the kernel
+    verify that the objects it is handed are still the same kind of ndarray, and for a serial
+    launch the compiled entry bound to it. The keyed path costs ~0.6 us more per call warm
+    (building and hashing the key), and several times that right after a parallel job has
+    swept the caches. None where headers cannot be read.
 
-    A parallel entry also holds what its repeats launch with: the drivers, the arguments
-    (with ``out=``: the same objects each time) and the thread-count stamp read before
-    ``threads`` was (jitops.cpu.parallel.STAMP; None, while a ``threads()`` block is open,
-    is kept as -1, which no stamp equals). Measured at 1e6 elements, each of these asked
-    for again costs 0.5-1.5% of the call: after the job, every object touched is a cache
-    miss.
+    A parallel repeat also keeps what it launches with: the drivers, the arguments (with
+    ``out=``: the same objects each time) and the thread-count stamp read before ``threads``
+    was (jitops.cpu.parallel.STAMP). Measured at 1e6 elements, each of these asked for again
+    costs 0.5-1.5% of the call: after the job, every object touched is a cache miss.
     """
     hkey = key if threads == 1 else (key, threads)
     h = _HEADERS.get(hkey)
@@ -210,14 +268,17 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         meta = cpu.header_checks(launch, (target, x, y), threads)
         if meta is None:
             return None
-        # the dtype objects are compared by address: they live as long as this entry
+        # the dtype objects are compared by address: they live as long as this entry, and
+        # so does the meta the compiled entry reads
+        size = math.prod(target.shape)
+        natives = (fastcall.bind(launch.task, meta, size),
+                   fastcall.bind(launch.task, meta, size, (target.dtype, target.shape))
+                   if out is None and launch.makes_c_order() else None) \
+            if threads == 1 else (None, None)
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
-                              (target.dtype, x.dtype, y.dtype))
-    entry = id(x), id(y), id(out), broadcast, axis, act, launch, h[1], h, threads
-    if threads == 1:
-        return entry
-    args = None if out is None else (launch.task, _ref(out), _ref(x), _ref(y), h[1])
-    return entry + (-1 if stamp is None else stamp, _drivers(_KERNELS, _SIG), args)
+                              (target.dtype, x.dtype, y.dtype), *natives)
+    return _Repeat(broadcast, axis, act, out, launch, h, threads, (id(x), id(y), id(out)),
+                   stamp)
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,

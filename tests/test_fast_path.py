@@ -364,7 +364,7 @@ def test_a_repeat_with_the_same_objects_checks_they_are_still_those_arrays(rng):
 
 def _parallel_memo():
     """The memo entries of parallel repeats (threads > 1) now held."""
-    return [m[0] for m in dispatch._MEMOS if m[0] is not None and m[0][9] > 1]
+    return [m[0] for m in dispatch._MEMOS if m[0] is not None and m[0].threads > 1]
 
 
 def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, monkeypatch):

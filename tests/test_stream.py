@@ -293,7 +293,7 @@ def test_a_write_only_output_is_exact_while_and_after_its_stores_are_chosen(
     calls = 2 * backend.StoreChoice.ROUNDS
 
     def memoised(launch) -> bool:
-        return any(m[0] is not None and m[0][6] is launch for m in dispatch._MEMOS)
+        return any(m[0] is not None and m[0].launch is launch for m in dispatch._MEMOS)
 
     for k in range(calls + 3):
         out[:] = np.nan

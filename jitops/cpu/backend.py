@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from functools import lru_cache, partial
 
 import numba
@@ -271,6 +272,19 @@ class Launch:
 
     def new_output(self) -> np.ndarray:
         return _new_array(self.shape, self.dtype, self.strides)
+
+    def makes_c_order(self) -> bool:
+        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
+        return self.strides is None and \
+            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
+
+    def output_maker(self) -> Callable[[], np.ndarray]:
+        """:meth:`new_output` as a callable a repeat keeps: ``np.empty`` bound to the shape and
+        dtype where the result is C-ordered and below the recycled sizes (0.1 us a call less
+        than the method)."""
+        if self.makes_c_order():
+            return partial(np.empty, self.shape, self.dtype)
+        return self.new_output
 
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
             out: np.ndarray | None) -> int:

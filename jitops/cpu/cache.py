@@ -36,7 +36,7 @@ from . import hooks
 
 #: The modules whose functions are cached (the built-in kernels, the user-op kernels) and the
 #: activations user ops call; their jitops imports, transitively, make the kernels.
-KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.act")
+KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.cpu.fastcall", "jitops.act")
 _stamp: str | None = None
 
 

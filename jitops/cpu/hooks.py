@@ -49,6 +49,14 @@ hook                  relies on, and what it buys (measured)      without it
 ``numba_cache``       Numba's cache classes (``_CacheLocator``,    no disk cache: every process
                       ``IndexDataCacheFile``, ...): a cached       compiles (0.3-0.6 s a
                       first call 0.026 s against 0.4 s compiled    signature)
+``fastcall``          CPython's C API through ``ctypes.pythonapi`` repeats call the driver through
+                      (``PyCFunction_NewEx``, ``METH_FASTCALL``),  Numba's CPython wrapper, new
+                      NumPy's C API table (``PyArray_NewFromDescr``) results made in Python
+                      and an ndarray's data at offset 16: a
+                      repeat's compiled entry takes the objects
+                      and makes new results (jitops.cpu.fastcall).
+                      8 float64: ``out=`` 0.24 against 0.73 us a
+                      call, a new result 0.31 against 0.95 us
 ====================  ==========================================  =================================
 
 Never more than this module and the modules that ask it (``ok(name)``) touch these
@@ -80,6 +88,12 @@ def _hook(name: str, fallback: str):
         _CHECKS[name] = (check, fallback)
         return check
     return register
+
+
+def register(name: str, fallback: str):
+    """Register a hook's check (``@register(name, fallback)``), for a module that holds a
+    hook's code and would otherwise be imported here (jitops.cpu.fastcall)."""
+    return _hook(name, fallback)
 
 
 def ok(name: str) -> bool:

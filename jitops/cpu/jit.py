@@ -224,6 +224,14 @@ def wrapper(fn):
     return disp
 
 
+def c_entry(fn):
+    """:func:`driver`, but called from C, not from Python: compiled with Numba's C-callable
+    wrapper (its address is the entry) and without a CPython wrapper."""
+    opts = {**ENTRY, "no_cfunc_wrapper": False, "no_cpython_wrapper": True}
+    return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **opts},
+                         pipeline_class=_DriverCompiler)
+
+
 def driver(fn):
     """``@njit(**ENTRY)`` for a serial or pooled driver, optimised lightly
     (:class:`_DriverLibrary`)."""

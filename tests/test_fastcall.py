@@ -1,0 +1,165 @@
+"""A repeated serial call's compiled entry (jitops.cpu.fastcall): it takes the operand objects
+themselves and makes new results itself, so every check the kernel makes on them must hold,
+every new result must be the caller's alone, and nothing may leak."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import warnings
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops import dispatch
+from jitops.cpu import fastcall, hooks, pool
+
+pytestmark = pytest.mark.skipif(not hooks.ok("fastcall"),
+                                reason="the fastcall hook is off here (tests/test_hooks.py "
+                                       "covers the public path)")
+
+
+def _repeat_of(fn_name: str) -> dispatch._Repeat | None:
+    """The memo entry the public function ``fn_name`` holds now."""
+    cells = [c.cell_contents for c in getattr(jitops, fn_name).__closure__]
+    memo = next(m for m in cells if any(m is k for k in dispatch._MEMOS))
+    return memo[0]
+
+
+def test_repeats_run_through_the_compiled_entry_out_and_new(rng):
+    x, y, out = rng.random(100), rng.random(100), np.empty(100)
+    for _ in range(3):
+        assert jitops.subtract(x, y, out=out) is out
+    r = _repeat_of("subtract")
+    assert r.native is not None and not r.makes and r.native is r.headers[3]
+    np.testing.assert_array_equal(out, x - y)
+    results = [jitops.subtract(x, y) for _ in range(4)]
+    r = _repeat_of("subtract")
+    assert r.makes and r.native is r.headers[4]
+    for a in results:
+        assert type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (100,)
+        assert a.flags.c_contiguous and a.flags.writeable and a.flags.owndata
+        assert sys.getrefcount(a) == 3  # the list, the loop name and the argument
+        np.testing.assert_array_equal(a, x - y)
+    assert len({id(a) for a in results}) == 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "complex128", "float16"])
+def test_other_objects_of_that_geometry_and_others_that_are_not(dtype, rng):
+    def arr(shape, dt=dtype):
+        return (rng.random(shape) * 100).astype(dt)
+
+    x, y = arr(64), arr(64)
+    for _ in range(3):
+        jitops.add(x, y)
+    # other arrays of the same kind: the entry, no identity needed
+    for _ in range(3):
+        a, b = arr(64), arr(64)
+        np.testing.assert_array_equal(jitops.add(a, b), a + b)
+        assert _repeat_of("add").makes
+    # refused by the kernel's header checks, answered by the pipeline
+    cases = [(arr(64), arr(65)[:64]), (arr(64), arr(128)[::2]), (arr(64), arr(64, "float64")),
+             (arr((8, 8)), arr(8)), (arr(64).view(np.matrix), arr(64)), (arr(64), 3),
+             (arr(64), [1] * 64), (arr(64)[::-1], arr(64))]
+    for a, b in cases:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            got, want = jitops.add(a, b), np.add(a, b)
+        assert type(got) is type(want) and got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+        jitops.add(x, y)  # the memo back on (x, y)
+
+
+def test_in_place_aliases_and_overlaps_on_repeats(rng):
+    x0, y = rng.random(50), rng.random(50)
+    x = x0.copy()
+    for k in range(4):
+        jitops.subtract(x, y, out=x)
+        np.testing.assert_allclose(x, x0 - (k + 1) * y)
+    buf = rng.random(60)
+    want_buf = buf.copy()
+    for _ in range(3):  # out shifted by one over x: read from a copy, as NumPy does
+        a = buf.copy()
+        jitops.subtract(a[:50], y, out=a[1:51])
+        w = want_buf.copy()
+        np.subtract(w[:50], y, out=w[1:51])
+        np.testing.assert_array_equal(a, w)
+    out = np.empty(50)
+    for _ in range(3):
+        jitops.subtract(x, y, out=out)
+    out.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        jitops.subtract(x, y, out=out)
+
+
+@pytest.mark.skipif(not pool.FP_FLAGS, reason="no floating-point flags read on this machine")
+def test_new_results_with_flags_follow_numpys_errstate():
+    x = np.array([np.inf, 1.0, 0.0, 2.0])
+    y = np.array([np.inf, 0.0, 0.0, 1.0])
+    with np.errstate(all="ignore"):
+        want = x - y
+        for _ in range(4):  # written, flags raised: the (status, result) pair, ignored
+            got = jitops.subtract(x, y)
+            np.testing.assert_array_equal(got, want)
+            assert type(got) is np.ndarray and sys.getrefcount(got) == 2
+    assert _repeat_of("subtract").makes
+    for _ in range(2):
+        with np.errstate(invalid="raise"), pytest.raises(FloatingPointError, match="invalid"):
+            jitops.subtract(x, y)
+        with np.errstate(invalid="warn"), pytest.warns(RuntimeWarning, match="invalid"):
+            np.testing.assert_array_equal(jitops.subtract(x, y), want)
+
+
+def test_no_reference_leaks_on_any_path(rng):
+    x, y, out = rng.random(16), rng.random(16), np.empty(16)
+    dt, bad = x.dtype, x[::-1]
+    inf = np.full(16, np.inf)
+    with np.errstate(all="ignore"):
+        for _ in range(5):  # warm: the memo made
+            jitops.subtract(x, y), jitops.subtract(x, y, out=out)
+            jitops.subtract(inf, inf)
+        before = [sys.getrefcount(v) for v in (dt, x, y, out, bad, inf)]
+        for _ in range(1000):
+            jitops.subtract(x, y)
+            jitops.subtract(x, y, out=out)
+            jitops.subtract(inf, inf)  # the flags' pair
+        after = [sys.getrefcount(v) for v in (dt, x, y, out, bad, inf)]
+    assert after == before
+
+
+def test_calls_large_enough_to_let_other_threads_run_are_right_in_threads(rng):
+    n = fastcall.RELEASE_GIL_FROM + 1000  # the entry gives the GIL back while it computes
+    xs = [rng.random(n) for _ in range(4)]
+    y = rng.random(n)
+    errors = []
+
+    def work(x):
+        out = np.empty(n)
+        try:
+            for _ in range(200):
+                np.testing.assert_array_equal(jitops.multiply(x, y, out=out), x * y)
+                np.testing.assert_array_equal(jitops.multiply(x, y), x * y)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=work, args=(x,)) for x in xs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(60)
+    assert not errors and not any(t.is_alive() for t in ts)
+
+
+def test_the_entry_refuses_what_it_is_not_made_for(rng):
+    # wrong counts of arguments, objects of other types: a status, never a crash
+    x, y, out = rng.random(8), rng.random(8), np.empty(8)
+    for _ in range(3):
+        jitops.subtract(x, y)
+    f = _repeat_of("subtract").native
+    mismatch = fastcall.kernels.MISMATCH
+    assert f() == mismatch and f(x) == mismatch and f(out, x, y, y) == mismatch
+    assert f(None, None) == mismatch and f("a", b"b") == mismatch and f(out, x, 1.5) == mismatch
+    np.testing.assert_array_equal(f(x, y), x - y)
+    assert f(out, x, y) == fastcall.kernels.OK
+    np.testing.assert_array_equal(out, x - y)
