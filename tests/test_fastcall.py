@@ -163,3 +163,25 @@ def test_the_entry_refuses_what_it_is_not_made_for(rng):
     np.testing.assert_array_equal(f(x, y), x - y)
     assert f(out, x, y) == fastcall.kernels.OK
     np.testing.assert_array_equal(out, x - y)
+
+
+def test_a_first_run_that_differs_from_numbas_wrapper_turns_the_entry_off(monkeypatch, rng):
+    # verify() compares the entry with Numba's wrapper on the first serial call it sees; an
+    # entry that claims success without writing must turn the hook off, and every repeat
+    # then still gives NumPy's answers through the wrapper.
+    monkeypatch.setattr(fastcall, "_VERIFIED", [])
+    monkeypatch.setitem(hooks._STATE, "fastcall", None)
+    monkeypatch.setattr(fastcall, "_new", lambda block: (lambda *args: 0))
+    dispatch.clear()
+    try:
+        x, y, out = rng.random(40), rng.random(40), np.empty(40)
+        with pytest.warns(RuntimeWarning, match="fastcall is unavailable"):
+            np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+        assert hooks.status()["fastcall"] is not None and fastcall.bind(0, x, 1) is None
+        for _ in range(3):
+            out[:] = 0
+            np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+            np.testing.assert_array_equal(jitops.subtract(x, y), x - y)
+        assert _repeat_of("subtract").native is None
+    finally:
+        dispatch.clear()

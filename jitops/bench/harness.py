@@ -31,8 +31,10 @@ from ..cpu.stream import store_fence, stream_head, stream_put
 
 def calibrate(fn: Callable[[], object], min_batch_s: float) -> int:
     """Calls per timed batch: 1 for calls of ``min_batch_s`` or more, else enough to last that
-    long (one 0.3 us call cannot be timed on its own)."""
-    fn()
+    long (one 0.3 us call cannot be timed on its own). Three calls first: a first call and
+    its first repeat may each do once what the rest never do (compile, remember the call)."""
+    for _ in range(3):
+        fn()
     t0 = time.perf_counter()
     fn()
     dt = time.perf_counter() - t0

@@ -16,23 +16,25 @@ those calls: 0.24 and 0.31 us for the public function, the compiled entry 0.07 u
 
 Fenced as the ``fastcall`` hook (:mod:`jitops.cpu.hooks`): it relies on CPython's C API
 through ``ctypes.pythonapi``, on NumPy's C API table, and on an ndarray's data pointer lying
-at :data:`SELF_DATA_OFFSET` (compiled in; checked against the verified header layout), and
-it is run on arrays of known values (:func:`self_test`) before any call relies on it. Where
-any of that fails, repeats call the driver through Numba's wrapper.
+at :data:`SELF_DATA_OFFSET` (compiled in; checked against the verified header layout); and
+before any repeat relies on it, its first run is compared with Numba's wrapper on the first
+serial call's own operands (:func:`verify`). Where any of that fails, repeats call the driver
+through Numba's wrapper.
 """
 
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
+from ..core.pipeline import byte_extent
 from . import cache, hooks, kernels, registries
 from .jit import c_entry
-from .pool import FP_FLAGS
 from .spec import address_of, as_pointer
 
 _I64 = types.int64
@@ -219,59 +221,81 @@ def bind(task: int, meta: np.ndarray, size: int, result=None):
     """The compiled entry for the serial task ``task`` and ``meta`` (which must carry header
     checks and outlive it; ``size`` elements): ``f(out, x, y) -> status``, and with ``result``
     = (dtype, shape) also ``f(x, y)`` making a C-ordered result of them (see :func:`_repeat`;
-    ``dtype`` must outlive ``f``). None where the hook is off."""
-    if not hooks.ok("fastcall"):
+    ``dtype`` must outlive ``f``). None where the hook is off or not yet verified
+    (:func:`verify`)."""
+    if not _VERIFIED or not hooks.ok("fastcall"):
         return None
     return _new(_block(task, meta, size, result))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls")
-def self_test() -> bool:
-    """The layout compiled in, then bound functions run on known values: written right,
-    status OK; another object, the wrong count of arguments and a read-only out refused; a
-    new result of the right kind, owned by the caller alone, the dtype's count unchanged;
-    flags raised give (status, result); the GIL given back and taken again."""
+def _check() -> bool:
+    """What the entry needs from this process: the ndarray layout compiled in, CPython's and
+    NumPy's C functions found, and the entry compiled (or loaded from the disk cache). Whether
+    it computes what Numba's wrapper does is :func:`verify`'s part, on a real call."""
     if not (hooks.ok("ndarray_header") and kernels.DATA_OFFSET == SELF_DATA_OFFSET
             and hasattr(ctypes, "pythonapi") and all(_functions())):
         return False
-    import sys
+    _method_def()
+    return True
 
-    from ..core.pipeline import prepare
-    from . import backend
 
-    x, y = np.array([1.5, -2.0, 4.0]), np.array([0.5, 0.5, 8.0])
-    want = [1.0, -2.5, -4.0]
-    out = np.zeros(3)
-    call = prepare(backend.MEMORY, "subtract", "subtract", (x, y), "numpy", -1, None, out)
-    launch = backend.launch(call)
-    meta = backend.header_checks(launch, (out, x, y))
-    f = _new(_block(launch.task, meta, 3, (out.dtype, out.shape)))
-    g = _new(_block(launch.task, meta, RELEASE_GIL_FROM, None))  # gives the GIL back
-    out[:] = 0
-    if f(out, x, y) != kernels.OK or out.tolist() != want:
-        return False
-    out[:] = 0
-    if g(out, x, y) != kernels.OK or out.tolist() != want or g(x, y) != kernels.MISMATCH:
-        return False
-    ro = out.copy()
-    ro.flags.writeable = False
-    if not (f(out, x, x[::-1]) == kernels.MISMATCH and f(out, x, y, y) == kernels.MISMATCH
-            and f(ro, x, y) == kernels.READ_ONLY and f(out, x, 1.0) == kernels.MISMATCH
-            and f(x) == kernels.MISMATCH and out.tolist() == want):
-        return False
-    count = sys.getrefcount(out.dtype)
-    for _ in range(3):
-        r = f(x, y)
-        if not (type(r) is np.ndarray and r.dtype == out.dtype and r.shape == (3,)
-                and r.flags.c_contiguous and r.flags.writeable and r.flags.owndata
-                and r.tolist() == want and sys.getrefcount(r) == 2):
-            return False
-        del r
-    if sys.getrefcount(out.dtype) != count or f(x, y[::-1]) != kernels.MISMATCH:
-        return False
-    if not FP_FLAGS:  # no flags read on this machine (jitops.cpu.pool)
-        return True
-    inf = np.array([np.inf, 1.0, 0.0])
-    r = f(inf, np.array([np.inf, 0.0, 0.0]))  # inf - inf: the invalid flag
-    return (type(r) is tuple and r[0] >= kernels.FP_RAISED and type(r[1]) is np.ndarray
-            and np.isnan(r[1][0]) and r[1][1:].tolist() == [1.0, 0.0])
+#: Whether :func:`verify` has run an entry against Numba's wrapper (and found them equal).
+_VERIFIED: list = []
+
+
+def _like(a: np.ndarray) -> np.ndarray:
+    """A fresh array of exactly ``a``'s type, dtype, shape and strides (negative ones too)."""
+    lo, hi = byte_extent(0, a.shape, a.strides, a.itemsize)
+    buf = np.zeros(max(hi - lo, a.itemsize), np.uint8)
+    return np.ndarray(a.shape, a.dtype, buffer=buf, offset=-lo, strides=a.strides)
+
+
+def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
+    """Once per process, on the first serial launch the fast path keeps: run the entry bound
+    to it and Numba's wrapper on the same operands into fresh arrays of ``target``'s layout
+    (and, where the launch makes C-ordered results, the entry's own new result), and compare
+    the bytes and statuses; refused arguments (none, too many, another object, a read-only
+    out) must come back as statuses with nothing written. Any difference turns the hook off
+    (:func:`jitops.cpu.hooks.fail`). Costs a few microseconds, and the entry's compile (or
+    its load from the disk cache) the first time."""
+    if _VERIFIED or not hooks.ok("fastcall"):
+        return
+    try:
+        meta_of = launch.metas.build(threads=1)
+        want, got = _like(target), _like(target)
+        status = launch.entry(launch.task, id(want), id(x), id(y),
+                              meta_of.__array_interface__["data"][0])
+        meta = kernels.header_checks(meta_of, (got, x, y))
+        makes = launch.makes_c_order()
+        size = int(np.prod(target.shape))
+        f = _new(_block(launch.task, meta, size, (got.dtype, got.shape) if makes else None))
+        g = _new(_block(launch.task, meta, RELEASE_GIL_FROM, None))  # gives the GIL back
+        ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
+              and f(got, x, y) == status and got.tobytes() == want.tobytes())
+        got[...] = 0
+        ok = ok and g(got, x, y) == status and got.tobytes() == want.tobytes()
+        if ok and makes:
+            r = f(x, y)
+            if status != kernels.OK:
+                ok = type(r) is tuple and r[0] == status
+                r = r[1] if ok else None
+            ok = ok and (type(r) is np.ndarray and r.dtype == target.dtype
+                         and r.shape == target.shape and r.flags.c_contiguous
+                         and r.flags.owndata and r.tobytes() == want.tobytes()
+                         and sys.getrefcount(r) == 2)
+            r = None
+        got[...] = 0
+        ro = _like(target)
+        ro.flags.writeable = False
+        ok = ok and (f() == kernels.MISMATCH and f(got, x, y, y) == kernels.MISMATCH
+                     and f(got, x, 1.0) == kernels.MISMATCH and g(x, y) == kernels.MISMATCH
+                     and f(ro, x, y) == kernels.READ_ONLY
+                     and not np.frombuffer(got.tobytes(), np.uint8).any())
+    except Exception as e:  # noqa: BLE001 - any failure means: not this way
+        hooks.fail("fastcall", f"{type(e).__name__}: {e}")
+        return
+    if not ok:
+        hooks.fail("fastcall", "its first run differed from Numba's wrapper")
+        return
+    _VERIFIED.append(True)

@@ -117,6 +117,16 @@ def ok(name: str) -> bool:
     return why is None
 
 
+def fail(name: str, why: str) -> None:
+    """Turn hook ``name`` off now: a check made later than its first use (on a real call)
+    found it not working. Warns once, as :func:`ok` does."""
+    if _STATE.get(name, None) is not None:
+        return
+    _STATE[name] = why
+    warnings.warn(f"jitops: {name} is unavailable ({why}); using {_CHECKS[name][1]} instead "
+                  f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=3)
+
+
 def status() -> dict[str, str | None]:
     """Every hook: None where it is used, else why not (checks the ones not yet looked at)."""
     for name in _CHECKS:
