@@ -108,7 +108,9 @@ def _subtract_into(x, y, o, y_numpy=None, **kw) -> dict[str, Callable[[], object
     """``x - y`` into ``o`` by every contender available. ``kw`` (e.g. pdpd's axis) goes to
     jitops only; the others get ``y_numpy``, the same Y in NumPy's broadcasting."""
     yn = y if y_numpy is None else y_numpy
-    c = {"jitops": lambda: jitops.subtract(x, y, out=o, **kw),
+    # no ``**kw`` where there is none: unpacking even an empty dict costs a call ~0.15 us
+    c = {"jitops": (lambda: jitops.subtract(x, y, out=o, **kw)) if kw
+         else (lambda: jitops.subtract(x, y, out=o)),
          "numpy": lambda: np.subtract(x, yn, out=o)}
     if torch is not None:
         tx, ty, to = _t(x, yn, o)

@@ -15,8 +15,9 @@ under a lock, and nothing but this module can make a new reference to an idle bu
 counts are not exact (a free-threaded interpreter, or one without ``sys.getrefcount``),
 recycling is off.
 
-The buffers followed, in use or idle, add up to at most ``config.RECYCLE_BYTES`` (256 MiB
-unless ``JITOPS_RECYCLE_MB`` says otherwise; 0 turns recycling off) and number at most
+The buffers followed, in use or idle, add up to at most ``config.RECYCLE_BYTES`` (a
+sixteenth of physical memory, from 256 MiB to 4 GiB, unless ``JITOPS_RECYCLE_MB`` says
+otherwise; 0 turns recycling off) and number at most
 ``TRACKED_MAX``, so idle memory never exceeds that either; the least recently handed out go
 first. A buffer no longer followed is an ordinary array, freed with its last view;
 :func:`release` frees every idle one now.
