@@ -4,6 +4,7 @@ every new result must be the caller's alone, and nothing may leak."""
 
 from __future__ import annotations
 
+import platform
 import sys
 import threading
 import warnings
@@ -15,9 +16,17 @@ import jitops
 from jitops import dispatch
 from jitops.cpu import fastcall, hooks, pool
 
-pytestmark = pytest.mark.skipif(not hooks.ok("fastcall"),
-                                reason="the fastcall hook is off here (tests/test_hooks.py "
-                                       "covers the public path)")
+#: Where jitops.cpu.hooks says the hooks are verified: the entry must be on there.
+VERIFIED_HERE = (platform.python_implementation() == "CPython" and sys.platform == "linux"
+                 and platform.machine() == "x86_64"
+                 and getattr(sys, "_is_gil_enabled", lambda: True)())
+
+
+@pytest.fixture(autouse=True)
+def _entry_on():
+    if not hooks.ok("fastcall"):
+        assert not VERIFIED_HERE, hooks.status()["fastcall"]
+        pytest.skip("the fastcall hook is off here (tests/test_hooks.py covers the public path)")
 
 
 def _repeat_of(fn_name: str) -> dispatch._Repeat | None:
