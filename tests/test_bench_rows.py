@@ -176,3 +176,21 @@ def test_the_non_temporal_probe_computes_x_minus_y(n, offset):
     if harness.STREAMS:
         asm = harness.stream_sub_nt.inspect_asm(harness.stream_sub_nt.signatures[0])
         assert "vmovnt" in asm or "movnt" in asm
+
+
+@pytest.mark.parametrize("n, offset", [(1, 0), (63, 1), (10_000, 3), (1 << 16, 0)])
+def test_the_write_only_probe_fills_every_element(n, offset):
+    """The write-only rows' limit (an op whose inputs are all broadcast) writes every element,
+    misaligned starts included, with non-temporal stores where the CPU has them."""
+    import numpy as np
+
+    from jitops.bench import harness
+
+    o = np.full(n + offset, np.nan, np.float32)[offset:]
+    harness.stream_fill_nt(o, np.float32(1.5))
+    assert (o == 1.5).all()
+    if harness.STREAMS:
+        asm = harness.stream_fill_nt.inspect_asm(harness.stream_fill_nt.signatures[0])
+        assert "vmovnt" in asm or "movnt" in asm
+    fill = harness.limit_contender(4 * n, writes_only=True)
+    fill()  # its own buffer, of the row's bytes

@@ -90,6 +90,7 @@ class Case:
     budget_s: float = 10.0
     note: str = ""
     requires: str = ""  # a module the case needs (left out of a run without it)
+    writes_only: bool = False  # every input broadcast: its limit is a write-only stream
 
 
 def _rand(shape, dtype=np.float32, seed=0):
@@ -300,7 +301,7 @@ CASES = [
     Case("row_bcast", "X(4096,4096) - Y(4096,), out=", _broadcast((4096, 4096), (4096,)),
          {"numpy": 1.4, "torch": 1.0}),
     Case("outer_bcast", "X(4096,1) - Y(1,4096), out=", _broadcast((4096, 1), (1, 4096)),
-         {"numpy": 1.4, "torch": 1.0}),
+         {"numpy": 1.4, "torch": 1.0}, writes_only=True),
     Case("scalar", "X(1e7) - 3.0, out=", _scalar, {"numpy": 1.0, "torch": 1.0}),
     Case("transposed", "X.T - Y, both 4096^2, out=", _transposed, {"numpy": 8.0}, rounds=21),
     Case("relu_fused", "relu(x - y) fused, 1e7 (NumPy: two passes)", _relu,

@@ -188,9 +188,30 @@ def stream_sub_nt(x, y, o):  # pragma: no cover - compiled
         store_fence()
 
 
-def limit_contender(nbytes: int) -> Callable[[], object]:
-    """:func:`stream_sub_nt` on float32 arrays moving ``nbytes`` in all (reads + writes), as a
-    benchmark contender: a row's limit, timed in the same rounds as the row."""
+@njit(parallel=True, cache=False)
+def stream_fill_nt(o, v):  # pragma: no cover - compiled
+    """``o[:] = v`` on float32 with non-temporal stores: the limit of an op whose output is
+    only written (every input broadcast, read from the caches)."""
+    n = o.size
+    p = as_pointer(o.ctypes.data, float32)
+    for t in prange(_NT_TASKS):
+        lo = t * n // _NT_TASKS
+        hi = (t + 1) * n // _NT_TASKS
+        mid = lo + stream_head(p, lo, hi - lo)
+        for i in range(lo, mid):
+            p[i] = v
+        for i in range(mid, hi):
+            stream_put(p, i, v)
+        store_fence()
+
+
+def limit_contender(nbytes: int, writes_only: bool = False) -> Callable[[], object]:
+    """A row's limit as a benchmark contender, timed in the same rounds as the row: moving
+    ``nbytes`` in all, :func:`stream_sub_nt` on float32 arrays (reads + writes), or for a row
+    that only writes its output, :func:`stream_fill_nt`."""
+    if writes_only:
+        o = np.empty(max(1, nbytes // 4), np.float32)
+        return lambda: stream_fill_nt(o, np.float32(1.5))
     n = max(1, nbytes // 12)
     x = np.random.default_rng(0).random(n, dtype=np.float32)
     y, o = x[::-1].copy(), np.empty_like(x)

@@ -52,8 +52,9 @@ def markdown(result: dict) -> str:
         f"`o = x - y` {bw['stream_sub_GBps']:.1f} GB/s, copy {bw['stream_copy_GBps']:.1f} GB/s"
         + (f", `o = x - y` with non-temporal stores {bw['stream_sub_nt_GBps']:.1f} GB/s"
            if "stream_sub_nt_GBps" in bw else "")
-        + ". *% of limit*: the non-temporal `o = x - y` moving the row's bytes, timed in the "
-          "row's own rounds, over jitops' time (paired; rows that fit the caches: -).",
+        + ". *% of limit*: the non-temporal `o = x - y` moving the row's bytes (a row that "
+          "only writes its output, every input broadcast: a non-temporal fill of it), timed in "
+          "the row's own rounds, over jitops' time (paired; rows that fit the caches: -).",
         "",
         *_quiet_lines(result.get("quiet")),
         "Medians of per-call times over rounds in which the contenders alternate call by call; a "
