@@ -162,7 +162,7 @@ def public_op(op: str, fname: str):
                         key = None
                 return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
             if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
-                return _with_scalar(op, fname, x, y, broadcast, axis, act, out, device)
+                return _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device)
             if (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) and _plain(x) and _plain(y):
                 # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
                 # dtype, NEP 50), so as one its repeats take the fast path above.
@@ -197,7 +197,8 @@ class _Repeat:
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
                  "headers", "meta", "threads", "ids", "stamp", "drivers", "args")
 
-    def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp):
+    def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp,
+                 weak=None):
         self.broadcast, self.axis, self.act = broadcast, axis, act
         self.new = out is None
         self.launch, self.headers, self.meta = launch, headers, headers[1]
@@ -207,12 +208,35 @@ class _Repeat:
         if threads == 1:
             self.native = headers[4] if self.new and headers[4] is not None else headers[3]
             self.makes = self.native is headers[4]
+            if weak is not None and self.native is not None:
+                self.native = _with_weak(self.native, self.makes, *weak)
         self.threads, self.ids = threads, ids
         #: the stamp read before the count (see _remember); None, while a threads() block is
         #: open, is kept as -1, which no stamp equals
         self.stamp = -1 if stamp is None else stamp
         self.drivers = _drivers(_KERNELS, _SIG) if threads > 1 else None
         self.args = None
+
+
+def _with_weak(native, makes: bool, weak, array, is_x: bool):
+    """``native`` (taking ``(x, y)`` if it ``makes`` the result, else ``(out, x, y)``) for
+    calls whose x (``is_x``) or y is the weak Python scalar ``weak``: that very object is
+    handed over as the 0-d array it became (``array``). The scalar is held here, so its
+    identity stays its own, and a Python int or float never changes value; any other operand
+    goes as it is (and the kernel refuses what is not such an array)."""
+    if makes and is_x:
+        def call(a, b):
+            return native(array if a is weak else a, b)
+    elif makes:
+        def call(a, b):
+            return native(a, array if b is weak else b)
+    elif is_x:
+        def call(o, a, b):
+            return native(o, array if a is weak else a, b)
+    else:
+        def call(o, a, b):
+            return native(o, a, array if b is weak else b)
+    return call
 
 
 def _repeat(memo: list, r: _Repeat, x, y, out):
@@ -249,7 +273,8 @@ def _same_count(memo: list, r: _Repeat) -> bool:
     return True
 
 
-def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, stamp=None):
+def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, stamp=None,
+              weak=None):
     """The :class:`_Repeat` of a call that just ran: a meta (balanced for ``threads``, 1 for
     a serial launch) whose header checks (jitops.cpu.kernels.header_checks) let the kernel
     verify that the objects it is handed are still the same kind of ndarray, and for a serial
@@ -278,7 +303,7 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
                               (target.dtype, x.dtype, y.dtype), *natives)
     return _Repeat(broadcast, axis, act, out, launch, h, threads, (id(x), id(y), id(out)),
-                   stamp)
+                   stamp, weak)
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
@@ -290,8 +315,9 @@ def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out
     return fn(x, y, broadcast=broadcast, axis=axis, act=act, out=out, device=device)
 
 
-def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
-    """The fast path with one weak Python scalar operand, keyed by the scalar's type."""
+def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
+    """The fast path with one weak Python scalar operand, keyed by the scalar's type; a serial
+    launch is remembered with the scalar object and the 0-d array it became (``memo``)."""
     key = (op, broadcast, axis, act, _geometry(x), _geometry(y))
     if out is not None:
         if type(out) is not _ND or not (_FLAGS_CHECKED or out.flags.writeable):
@@ -309,6 +335,11 @@ def _with_scalar(op, fname, x, y, broadcast, axis, act, out, device):
             return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
         if launch.run(target, xa, ya, fname, out) == _OK:
+            if launch.direct is not None:
+                weak = (x, xa, True) if xa is not x else (y, ya, False)
+                weak[1].flags.writeable = False  # this call's own: nobody writes it
+                memo[0] = _remember(key, launch, target, xa, ya, out, broadcast, axis, act,
+                                    weak=weak)
             return target[()] if out is None and not launch.shape else target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)

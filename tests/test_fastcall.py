@@ -194,3 +194,51 @@ def test_a_first_run_that_differs_from_numbas_wrapper_turns_the_entry_off(monkey
         assert _repeat_of("subtract").native is None
     finally:
         dispatch.clear()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64", "int8", "uint16",
+                                   "complex64"])
+def test_weak_scalar_repeats_keep_numpys_promotion(dtype, rng):
+    # A repeat with a Python scalar hands the kernel the 0-d array that scalar became, for
+    # that very object only; other scalars, other arrays and the other side stay weak.
+    def arr(dt=dtype, n=32):
+        return (rng.random(n) * 50).astype(dt)
+
+    x = arr()
+    scalars = [3.0, 2, 7, -1.5, 0.5j if dtype.startswith("complex") else 4.25]
+    for c in scalars:
+        for _ in range(3):  # the same object again and again: remembered
+            for got, want in ((jitops.subtract(x, c), np.subtract(x, c)),
+                              (jitops.subtract(c, x), np.subtract(c, x))):
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+            out = np.empty_like(np.subtract(x, c))
+            assert jitops.subtract(x, c, out=out) is out
+            np.testing.assert_array_equal(out, np.subtract(x, c))
+    c = 3.0
+    for _ in range(3):
+        jitops.subtract(x, c)
+    # then arrays of other dtypes with that same scalar object: NumPy 2's weak promotion
+    for other in ("int8", "float16", "float64", "uint8"):
+        a = arr(other)
+        got, want = jitops.subtract(a, c), np.subtract(a, c)
+        assert got.dtype == want.dtype, other
+        np.testing.assert_array_equal(got, want)
+        y = arr(other)
+        np.testing.assert_array_equal(jitops.subtract(x, y), np.subtract(x, y))
+
+
+def test_weak_scalars_that_do_not_fit_raise_as_numpy_on_repeats():
+    x = np.arange(10, dtype=np.int8)
+    for _ in range(3):
+        np.testing.assert_array_equal(jitops.add(x, 100), np.add(x, 100))
+    for _ in range(2):
+        with pytest.raises(OverflowError):
+            np.add(x, 300)
+        with pytest.raises(OverflowError):
+            jitops.add(x, 300)
+    varying = [float(v) for v in range(50)]  # a new object each call
+    o = np.empty(10)
+    for v in varying:
+        assert jitops.add(x, v, out=o) is o
+        np.testing.assert_array_equal(o, x + v)
