@@ -3,7 +3,8 @@ as NumPy's own ``bench_ufunc_strides`` sweeps its loops. Each cell is a paired r
 time over jitops', > 1: jitops faster) of ``x - y`` into ``out=``:
 
 * ``contig``  -- three unit-stride arrays;
-* ``scalar``  -- ``x - 3`` (one operand constant along every row);
+* ``scalar``  -- ``x - y`` with ``y`` a 0-d array (one operand constant along every row);
+* ``weak``    -- ``x - 3``, a Python int (NumPy 2's weak scalar: the result is x's dtype);
 * ``strided`` -- every operand a view with step 2 (no unit stride anywhere);
 * ``tiled``   -- ``X.T - Y`` on square matrices (operands that disagree on layout).
 """
@@ -16,7 +17,7 @@ import jitops
 
 from . import harness
 
-VARIANTS = ("contig", "scalar", "strided", "tiled")
+VARIANTS = ("contig", "scalar", "weak", "strided", "tiled")
 DTYPES = ("float16", "float32", "float64", "int16", "complex128")
 SIZES = (10**2, 10**3, 10**4, 10**5, 10**6, 10**7)
 
@@ -36,6 +37,9 @@ def _arrays(variant: str, dtype: str, n: int):
     if variant == "scalar":
         x = data(n)
         return x, np.asarray(3, dtype), np.empty_like(x)
+    if variant == "weak":
+        x = data(n)
+        return x, 3, np.empty_like(x)
     if variant == "strided":
         x, y, o = data(2 * n), data(2 * n), np.empty(2 * n, dtype)
         return x[::2], y[::2], o[::2]
