@@ -13,12 +13,13 @@ the first call settled on. A NumPy scalar is the 0-d array the pipeline would ma
 Integer ``elementwise_div`` repeats only once y is found free of zeros (the pipeline raises
 ZeroDivisionError before writing).
 
-A repeat of the public function's last call (the same keywords, and out given or not as
-then) skips even the key (:class:`_Repeat`): a serial one calls the compiled entry bound to
-that launch with the objects themselves (jitops.cpu.fastcall), and the kernel's header
-checks verify that each is an ndarray of that exact type, dtype object, shape and strides
-(another object, or an array reshaped or retyped in place, is refused and goes the keyed
-way). A parallel repeat is taken for the very same objects, with the thread count its meta is
+A repeat of one of the public function's last two calls (the same keywords, and out given
+or not as then) skips even the key (:class:`_Repeat`): a serial one calls the compiled entry
+bound to that launch with the objects themselves (jitops.cpu.fastcall; a weak Python scalar
+operand, that very object, as the 0-d array it became), and the kernel's header checks
+verify that each is an ndarray of that exact type, dtype object, shape and strides (another
+object, or an array reshaped or retyped in place, is refused and goes the keyed way). A
+parallel repeat is taken for the very same objects, with the thread count its meta is
 balanced for, and only while the calling thread's count is still that.
 """
 
@@ -79,10 +80,10 @@ def _as_array(v):
 
 def public_op(op: str, fname: str):
     """The public function of ``op`` (``fname`` in messages): the fast path for repeats
-    written into it, so a repeat costs one Python frame, not two (0.1 us of the ~1.5 us a
+    written into it, so a repeat costs one Python frame, not two (0.1 us of the ~0.25 us a
     repeated small call costs)."""
 
-    memo = [None]  # the last repeat (a _Repeat), by its arguments' kinds (_remember)
+    memo = [None, None]  # the last two repeats (_Repeat), the latest first (_remember)
     _MEMOS.append(memo)
 
     def fn(x: object, y: object, *, broadcast: Broadcast = "numpy", axis: int = -1,
@@ -115,7 +116,20 @@ def public_op(op: str, fname: str):
                     r.launch.report(status, fname)
                     return target
                 r.launch.check(status, fname, out)  # raises if a task failed
-            # not such arrays (or misaligned, overlapping, read-only): the key
+            # not such arrays (or misaligned, overlapping, read-only): the one before
+        r = memo[1]
+        if r is not None and r.native is not None and broadcast is r.broadcast \
+                and axis is r.axis and act is r.act and device is None \
+                and (out is None) is r.new:
+            # calls alternating between two kinds of arrays: each is the one before
+            status, target = _again(r, x, y, out)
+            if status == _OK or status >= _FP_RAISED:
+                memo[0], memo[1] = r, memo[0]
+                if status != _OK:  # written: NumPy's errstate decides the rest
+                    r.launch.report(status, fname)
+                return target
+            r.launch.check(status, fname, out)  # raises if a task failed
+            # then the key
         if device is None and type(axis) is int:
             tx, ty = type(x), type(y)
             if tx is _ND and ty is _ND:
@@ -139,8 +153,8 @@ def public_op(op: str, fname: str):
                             status = launch.entry(launch.task, _ref(target), _ref(x), _ref(y),
                                                   pmeta)
                             if status == _OK or status >= _FP_RAISED:
-                                memo[0] = _remember(key, launch, target, x, y, out, broadcast,
-                                                    axis, act)
+                                _push(memo, _remember(key, launch, target, x, y, out,
+                                                      broadcast, axis, act))
                                 if status != _OK:  # written: NumPy's errstate decides
                                     launch.report(status, fname)
                                 return target
@@ -154,8 +168,9 @@ def public_op(op: str, fname: str):
                                 stamp = _STAMP[0]  # before the count: see _remember
                                 threads = _num_threads()
                                 if threads > 1:
-                                    memo[0] = _remember(key, launch, target, x, y, out,
-                                                        broadcast, axis, act, threads, stamp)
+                                    _push(memo, _remember(key, launch, target, x, y, out,
+                                                          broadcast, axis, act, threads,
+                                                          stamp))
                             return target
                         # misaligned, overlapping, out read-only or a zero divisor this time:
                         # the careful path (which raises where it must)
@@ -176,6 +191,10 @@ def public_op(op: str, fname: str):
 _PUBLIC: dict[tuple[str, str], object] = {}
 #: Each public function's memo cell (reset by :func:`clear`).
 _MEMOS: list = []
+#: (fast-path key, new result) -> the serial _Repeat of that key with a compiled entry: the
+#: memo of a function whose calls alternate between geometries takes it again (a new one
+#: costs ~1 us).
+_REPEATS: dict = {}
 #: A fast-path key -> (meta with header checks, its address, the dtype objects it names, the
 #: compiled entry bound to it, the one that makes new results too; each or None).
 _HEADERS: dict = {}
@@ -216,6 +235,27 @@ class _Repeat:
         self.stamp = -1 if stamp is None else stamp
         self.drivers = _drivers(_KERNELS, _SIG) if threads > 1 else None
         self.args = None
+
+
+def _push(memo: list, r: _Repeat | None) -> None:
+    """``r`` becomes a function's latest repeat, the latest before it the one before."""
+    if r is not memo[0]:
+        memo[0], memo[1] = r, memo[0]
+
+
+def _again(r: _Repeat, x, y, out):
+    """(status, target) of the repeat ``r`` with its compiled entry (see ``fn``): status OK,
+    a written status with flags, or one that says nothing was written (target None)."""
+    native = r.native
+    if out is not None:
+        return native(out, x, y), out
+    if r.makes:
+        t = native(x, y)
+        if type(t) is _ND:
+            return _OK, t
+        return t if type(t) is tuple else (t, None)
+    t = r.new_output()
+    return native(t, x, y), t
 
 
 def _with_weak(native, makes: bool, weak, array, is_x: bool):
@@ -288,6 +328,11 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     costs 0.5-1.5% of the call: after the job, every object touched is a cache miss.
     """
     hkey = key if threads == 1 else (key, threads)
+    shared = threads == 1 and weak is None  # a serial repeat that names no object
+    if shared:
+        r = _REPEATS.get((hkey, out is None))
+        if r is not None and r.broadcast is broadcast and r.axis is axis and r.act is act:
+            return r
     h = _HEADERS.get(hkey)
     if h is None:
         meta = cpu.header_checks(launch, (target, x, y), threads)
@@ -302,8 +347,11 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
             if threads == 1 else (None, None)
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
                               (target.dtype, x.dtype, y.dtype), *natives)
-    return _Repeat(broadcast, axis, act, out, launch, h, threads, (id(x), id(y), id(out)),
-                   stamp, weak)
+    r = _Repeat(broadcast, axis, act, out, launch, h, threads, (id(x), id(y), id(out)),
+                stamp, weak)
+    if shared and r.native is not None:  # any objects of that kind: one per key, kept
+        _REPEATS[hkey, out is None] = r
+    return r
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
@@ -338,8 +386,8 @@ def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
             if launch.direct is not None:
                 weak = (x, xa, True) if xa is not x else (y, ya, False)
                 weak[1].flags.writeable = False  # this call's own: nobody writes it
-                memo[0] = _remember(key, launch, target, xa, ya, out, broadcast, axis, act,
-                                    weak=weak)
+                _push(memo, _remember(key, launch, target, xa, ya, out, broadcast, axis,
+                                      act, weak=weak))
             return target[()] if out is None and not launch.shape else target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
@@ -424,6 +472,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
             if len(_FAST) >= _FAST_MAX:
                 _FAST.clear()
                 _HEADERS.clear()
+                _REPEATS.clear()
             _FAST[key] = launch
             if isinstance(launch, cpu.Launch) and launch.direct is not None:  # once: verified
                 fastcall.verify(launch, call.target, *call.inputs)
@@ -502,6 +551,7 @@ def clear() -> None:
     """Forget remembered launches (tests that change tunables)."""
     _FAST.clear()
     _HEADERS.clear()
+    _REPEATS.clear()
     for memo in _MEMOS:
-        memo[0] = None
+        memo[0] = memo[1] = None
     cpu.clear_launches()

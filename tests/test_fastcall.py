@@ -242,3 +242,28 @@ def test_weak_scalars_that_do_not_fit_raise_as_numpy_on_repeats():
     for v in varying:
         assert jitops.add(x, v, out=o) is o
         np.testing.assert_array_equal(o, x + v)
+
+
+def test_calls_alternating_between_kinds_of_arrays_take_the_one_before(rng):
+    # A function keeps its last two repeats: calls that alternate between two geometries
+    # (or an array and a scalar operand, out= and a new result) each find theirs, and a third
+    # kind goes the keyed way; every answer NumPy's.
+    a, b, o1 = rng.random(100), rng.random(100), np.empty(100)
+    c, d = rng.random((4, 50)).astype(np.float32), rng.random(50).astype(np.float32)
+    e = rng.random(7).astype(np.int16)
+    calls = [lambda: (jitops.subtract(a, b, out=o1), np.subtract(a, b)),
+             lambda: (jitops.subtract(c, d), np.subtract(c, d)),
+             lambda: (jitops.subtract(c, 2.5), np.subtract(c, 2.5)),
+             lambda: (jitops.subtract(e, 3), np.subtract(e, 3))]
+    for pattern in ([0, 1], [1, 2], [0, 2], [0, 1, 3], [3, 2, 1, 0]):
+        for _ in range(4):
+            for k in pattern:
+                got, want = calls[k]()
+                assert got.dtype == want.dtype
+                np.testing.assert_array_equal(got, want)
+    for _ in range(3):
+        jitops.subtract(a, b, out=o1)
+        jitops.subtract(c, d)
+    cells = [cl.cell_contents for cl in jitops.subtract.__closure__]
+    memo = next(m for m in cells if any(m is k for k in dispatch._MEMOS))
+    assert memo[0].new and not memo[1].new and memo[0] is not memo[1]
