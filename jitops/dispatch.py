@@ -214,7 +214,7 @@ class _Repeat:
     """
 
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
-                 "headers", "meta", "threads", "ids", "stamp", "drivers", "args")
+                 "headers", "meta", "threads", "ids", "stamp", "drivers", "args", "weak")
 
     def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp,
                  weak=None):
@@ -230,6 +230,8 @@ class _Repeat:
             if weak is not None and self.native is not None:
                 self.native = _with_weak(self.native, self.makes, *weak)
         self.threads, self.ids = threads, ids
+        #: (a weak Python scalar operand, the 0-d array it became, whether it is x) or None
+        self.weak = weak
         #: the stamp read before the count (see _remember); None, while a threads() block is
         #: open, is kept as -1, which no stamp equals
         self.stamp = -1 if stamp is None else stamp
@@ -284,6 +286,12 @@ def _repeat(memo: list, r: _Repeat, x, y, out):
     None where the repeat does not apply (other objects, another thread count)."""
     if r.ids != (id(x), id(y), id(out)):
         return None, None
+    w = r.weak
+    if w is not None:  # that very scalar object: the 0-d array it became
+        if w[2]:
+            x = w[1]
+        else:
+            y = w[1]
     launch = r.launch
     target = out if out is not None else r.new_output()
     if r.threads == 1:
@@ -347,8 +355,10 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
             if threads == 1 else (None, None)
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
                               (target.dtype, x.dtype, y.dtype), *natives)
-    r = _Repeat(broadcast, axis, act, out, launch, h, threads, (id(x), id(y), id(out)),
-                stamp, weak)
+    ids = (id(x), id(y), id(out))
+    if weak is not None:  # taken for that scalar object (_repeat hands over its array)
+        ids = (id(weak[0]), ids[1], ids[2]) if weak[2] else (ids[0], id(weak[0]), ids[2])
+    r = _Repeat(broadcast, axis, act, out, launch, h, threads, ids, stamp, weak)
     if shared and r.native is not None:  # any objects of that kind: one per key, kept
         _REPEATS[hkey, out is None] = r
     return r
@@ -382,12 +392,16 @@ def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
         except OverflowError:  # an int that does not fit: the pipeline raises it properly
             return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
         target = out if out is not None else launch.new_output()
+        stamp = _STAMP[0]  # before the count: see _remember
         if launch.run(target, xa, ya, fname, out) == _OK:
-            if launch.direct is not None:
+            threads = 1 if launch.direct is not None else (
+                _num_threads() if launch.parallel and not launch.zero_check
+                and launch.choice is None else 0)
+            if threads:  # serial, or a parallel launch whose stores are chosen
                 weak = (x, xa, True) if xa is not x else (y, ya, False)
                 weak[1].flags.writeable = False  # this call's own: nobody writes it
                 _push(memo, _remember(key, launch, target, xa, ya, out, broadcast, axis,
-                                      act, weak=weak))
+                                      act, threads, stamp, weak=weak))
             return target[()] if out is None and not launch.shape else target
         key = None
     return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)

@@ -267,3 +267,24 @@ def test_calls_alternating_between_kinds_of_arrays_take_the_one_before(rng):
     cells = [cl.cell_contents for cl in jitops.subtract.__closure__]
     memo = next(m for m in cells if any(m is k for k in dispatch._MEMOS))
     assert memo[0].new and not memo[1].new and memo[0] is not memo[1]
+
+
+def test_parallel_repeats_with_a_weak_scalar(rng):
+    # A parallel launch with a weak scalar is remembered for that scalar object (its 0-d array
+    # handed over), with the thread count it ran with; other scalars and counts go the key.
+    from jitops.core import config
+
+    n = config.PARALLEL_THRESHOLD * 2
+    x = (rng.random(n) * 100).astype(np.int16)
+    out = np.empty(n, np.int16)
+    for c in (3, 3, 3, 7, 3):
+        for _ in range(3):
+            np.testing.assert_array_equal(jitops.subtract(x, c, out=out), np.subtract(x, c))
+            np.testing.assert_array_equal(jitops.subtract(c, x), np.subtract(c, x))
+        with jitops.threads(1):
+            np.testing.assert_array_equal(jitops.subtract(x, c), np.subtract(x, c))
+    y = x.astype(np.float32)
+    for _ in range(3):
+        got = jitops.subtract(y, 2.5)
+        assert got.dtype == np.float32
+        np.testing.assert_array_equal(got, y - np.float32(2.5))
