@@ -288,3 +288,17 @@ def test_parallel_repeats_with_a_weak_scalar(rng):
         got = jitops.subtract(y, 2.5)
         assert got.dtype == np.float32
         np.testing.assert_array_equal(got, y - np.float32(2.5))
+
+
+def test_a_result_that_cannot_be_made_is_a_status_with_no_error_left_set(rng):
+    # PyArray_NewFromDescr failing (here: a shape no memory holds) leaves the entry with an
+    # error set; it must clear it and say MISMATCH, so the pipeline decides (a result with an
+    # error still set would be CPython's SystemError on the next call).
+    x, y = rng.random(8), rng.random(8)
+    for _ in range(3):
+        jitops.subtract(x, y)
+    r = _repeat_of("subtract")
+    f = fastcall.bind(r.launch.task, r.headers[0], 8, (x.dtype, (1 << 60,)))
+    assert f(x, y) == fastcall.kernels.MISMATCH
+    assert f(x, y) == fastcall.kernels.MISMATCH
+    np.testing.assert_array_equal(jitops.subtract(x, y), x - y)

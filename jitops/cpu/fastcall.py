@@ -25,6 +25,7 @@ through Numba's wrapper.
 from __future__ import annotations
 
 import ctypes
+import functools
 import sys
 
 import numpy as np
@@ -44,13 +45,13 @@ _I64 = types.int64
 #: hook is off where the verified layout says otherwise (jitops.cpu.kernels.DATA_OFFSET).
 SELF_DATA_OFFSET = 16
 #: The block's words (:func:`_block`): the task's and the meta's addresses; the C functions
-#: called (``Py_IncRef``, ``Py_DecRef``, ``PyTuple_Pack``, ``PyEval_SaveThread`` and
-#: ``PyEval_RestoreThread``, or 0 where the GIL is kept, NumPy's ``PyArray_NewFromDescr``,
-#: or 0 where a new result is not made here); the new result's type, dtype and rank; the
-#: Python int objects :func:`_repeat` returns, one per status 0 .. N_STATUS - 1; the new
-#: result's shape.
-(B_TASK, B_META, B_INCREF, B_DECREF, B_PACK, B_SAVE, B_RESTORE, B_NEW, B_TYPE, B_DESCR,
- B_ND, B_STATUS) = range(12)
+#: called (``Py_IncRef``, ``Py_DecRef``, ``PyTuple_Pack``, ``PyErr_Clear``,
+#: ``PyEval_SaveThread`` and ``PyEval_RestoreThread``, or 0 where the GIL is kept, NumPy's
+#: ``PyArray_NewFromDescr``, or 0 where a new result is not made here); the new result's
+#: type, dtype and rank; the Python int objects :func:`_repeat` returns, one per status
+#: 0 .. N_STATUS - 1; the new result's shape.
+(B_TASK, B_META, B_INCREF, B_DECREF, B_PACK, B_CLEAR, B_SAVE, B_RESTORE, B_NEW, B_TYPE,
+ B_DESCR, B_ND, B_STATUS) = range(13)
 N_STATUS = 64
 B_DIMS = B_STATUS + N_STATUS
 #: The statuses as objects: ``int`` 0 .. 63 (CPython's small ints, kept alive here anyway).
@@ -83,9 +84,9 @@ def _c_caller(n: int, restype, vararg: bool = False):
     return intrinsic(ns["call"])
 
 
+_call0v = _c_caller(0, types.void)
 _call1v = _c_caller(1, types.void)
 _call0 = _c_caller(0, types.int64)
-_call1 = _c_caller(1, types.int64)
 _pack2 = _c_caller(3, types.int64, vararg=True)
 _call8 = _c_caller(8, types.int64)
 
@@ -118,8 +119,8 @@ def _repeat(self, args, nargs):
             status = _serial(block[B_TASK], target, x, y, block[B_META])
             if saved != 0:
                 _call1v(block[B_RESTORE], saved)
-        elif made == 0:  # the allocation failed (its MemoryError set): MISMATCH, decided
-            status = kernels.MISMATCH  # again by the pipeline, which raises it properly
+        else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
+            _call0v(block[B_CLEAR])  # decides again (and raises a MemoryError naming it)
     if status < 0 or status >= N_STATUS:
         status = kernels.TASK_FAILED
     code = block[B_STATUS + status]
@@ -163,11 +164,20 @@ def _method_def() -> _MethodDef:
     return _DEF[0]
 
 
+def _prototype(name: str, restype, *argtypes):
+    """CPython's C function ``name`` with a prototype of jitops' own (the shared
+    ``ctypes.pythonapi`` attributes are left as other code may have set them)."""
+    return ctypes.PYFUNCTYPE(restype, *argtypes)((name, ctypes.pythonapi))
+
+
+@functools.cache
+def _new_function():
+    return _prototype("PyCFunction_NewEx", ctypes.py_object, ctypes.POINTER(_MethodDef),
+                      ctypes.py_object, ctypes.py_object)
+
+
 def _new(block: np.ndarray):
-    new = ctypes.pythonapi.PyCFunction_NewEx
-    new.restype = ctypes.py_object
-    new.argtypes = (ctypes.POINTER(_MethodDef), ctypes.py_object, ctypes.py_object)
-    return new(ctypes.byref(_method_def()), block, None)
+    return _new_function()(ctypes.byref(_method_def()), block, None)
 
 
 def _c_address(name: str) -> int:
@@ -185,8 +195,8 @@ def _new_from_descr() -> int:
     capsule = getattr(um, "_ARRAY_API", None)
     if capsule is None:
         return 0
-    get = ctypes.pythonapi.PyCapsule_GetPointer
-    get.restype, get.argtypes = ctypes.c_void_p, (ctypes.py_object, ctypes.c_char_p)
+    get = _prototype("PyCapsule_GetPointer", ctypes.c_void_p, ctypes.py_object,
+                     ctypes.c_char_p)
     table = (ctypes.c_void_p * (_API_NEW_FROM_DESCR + 1)).from_address(get(capsule, None))
     return table[_API_NEW_FROM_DESCR] or 0 if table[_API_TYPE] == id(np.ndarray) else 0
 
@@ -198,7 +208,8 @@ def _functions() -> tuple[int, ...]:
     """The C functions' addresses, in block order (B_INCREF .. B_NEW)."""
     if not _FUNCTIONS:
         _FUNCTIONS.extend([*map(_c_address, ("Py_IncRef", "Py_DecRef", "PyTuple_Pack",
-                                             "PyEval_SaveThread", "PyEval_RestoreThread")),
+                                             "PyErr_Clear", "PyEval_SaveThread",
+                                             "PyEval_RestoreThread")),
                            _new_from_descr()])
     return tuple(_FUNCTIONS)
 
@@ -206,15 +217,15 @@ def _functions() -> tuple[int, ...]:
 def _block(task: int, meta: np.ndarray, size: int, result) -> np.ndarray:
     """The words :func:`_repeat` reads (B_*). ``result``: (dtype, shape) of the C-ordered new
     result the entry makes, or None."""
-    incref, decref, pack, save, restore, new = _functions()
+    incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
     dtype, shape = result if result is not None else (None, ())
     if result is None:
         new = 0
-    return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, save,
-                     restore, new, id(np.ndarray), id(dtype), len(shape), *map(id, STATUSES),
-                     *shape], np.int64)
+    return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, clear,
+                     save, restore, new, id(np.ndarray), id(dtype), len(shape),
+                     *map(id, STATUSES), *shape], np.int64)
 
 
 def bind(task: int, meta: np.ndarray, size: int, result=None):

@@ -83,17 +83,13 @@ def _disabled() -> set[str]:
     return {n for n in names if n}
 
 
-def _hook(name: str, fallback: str):
-    def register(check: Callable[[], bool]) -> Callable[[], bool]:
+def register(name: str, fallback: str):
+    """Register a hook's check (``@register(name, fallback)``): the ones below, and a module
+    that holds a hook's code and would otherwise be imported here (jitops.cpu.fastcall)."""
+    def add(check: Callable[[], bool]) -> Callable[[], bool]:
         _CHECKS[name] = (check, fallback)
         return check
-    return register
-
-
-def register(name: str, fallback: str):
-    """Register a hook's check (``@register(name, fallback)``), for a module that holds a
-    hook's code and would otherwise be imported here (jitops.cpu.fastcall)."""
-    return _hook(name, fallback)
+    return add
 
 
 def ok(name: str) -> bool:
@@ -141,7 +137,7 @@ def names() -> list[str]:
 # -- the checks ----------------------------------------------------------------------------------
 
 
-@_hook("codegen", "Numba's own code libraries")
+@register("codegen", "Numba's own code libraries")
 def _check_codegen() -> bool:
     import inspect
 
@@ -163,7 +159,7 @@ def _check_codegen() -> bool:
     return True
 
 
-@_hook("registries", "Numba's full registry refresh")
+@register("registries", "Numba's full registry refresh")
 def _check_registries() -> bool:
     from numba.core.registry import cpu_target
 
@@ -193,7 +189,7 @@ def _takes_its_rlock(holder) -> bool:
         return lock._is_owned()
 
 
-@_hook("compiler_lock", "Numba's compiler lock object as it is")
+@register("compiler_lock", "Numba's compiler lock object as it is")
 def _check_compiler_lock() -> bool:
     from numba.core.compiler_lock import global_compiler_lock
 
@@ -209,7 +205,7 @@ def llvm_lock_holder():
     return ffi.lib._lock
 
 
-@_hook("llvm_lock", "no lock taken around a fork for llvmlite")
+@register("llvm_lock", "no lock taken around a fork for llvmlite")
 def _check_llvm_lock() -> bool:
     from llvmlite.binding import ffi
 
@@ -229,20 +225,20 @@ def libc_syscall() -> int:
     return _syscall_address() if ok("futex_pool") else 0
 
 
-@_hook("futex_pool", "Numba's threading layer")
+@register("futex_pool", "Numba's threading layer")
 def _check_futex_pool() -> bool:
     return (sys.platform.startswith("linux") and FUTEX_NR is not None
             and sys.byteorder == "little" and bool(_syscall_address()))
 
 
-@_hook("gomp_team", "the pool's own workers beside PyTorch")
+@register("gomp_team", "the pool's own workers beside PyTorch")
 def _check_gomp_team() -> bool:
     if not (ok("futex_pool") and ok("proc")):
         raise RuntimeError("it needs the futex_pool and proc hooks")
     return sys.platform.startswith("linux") and platform.machine().lower() in ("x86_64", "amd64")
 
 
-@_hook("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
+@register("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
                "layer)")
 def _check_proc() -> bool:
     with open("/proc/self/maps") as f:
@@ -251,7 +247,7 @@ def _check_proc() -> bool:
     return True
 
 
-@_hook("refcounts", "new memory for every large result")
+@register("refcounts", "new memory for every large result")
 def _check_refcounts() -> bool:
     """Counts there to read, and not deferred (a free-threaded build biases them); that one
     more reference reads as one more is probed by jitops.cpu.recycle itself, with the very
@@ -262,7 +258,7 @@ def _check_refcounts() -> bool:
     return gil is None or gil()
 
 
-@_hook("ndarray_header", "data addresses read in Python, and no memo of repeated calls")
+@register("ndarray_header", "data addresses read in Python, and no memo of repeated calls")
 def _check_ndarray_header() -> bool:
     return header_offsets() is not None
 
@@ -335,7 +331,7 @@ def header_offsets() -> tuple[int, int, tuple[int, int, int, int, int]] | None:
     return _HEADER[0]
 
 
-@_hook("numba_cache", "no disk cache (every process compiles)")
+@register("numba_cache", "no disk cache (every process compiles)")
 def _check_numba_cache() -> bool:
     from numba.core import caching
 
