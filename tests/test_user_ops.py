@@ -419,6 +419,70 @@ def test_cpu_parallel_and_tiled(shape, fx, rng):
         np.testing.assert_array_equal(axpb(x, w, y), got)
 
 
+# --- tiled tasks stage inputs that run across their rows ---------------------------------------
+STAGED_LAYOUTS = {  # an input's view of a (M, N) array, as an (N, M) operand
+    "transposed": lambda a: a.T,
+    "reversed rows": lambda a: a[::-1].T,
+    "strided rows": lambda a: a[:, ::2].T,  # not unit-stride down the tile: element by element
+    "offset": lambda a: a[1:-3, 5:].T,
+}
+
+
+@host_only
+@pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "complex128"])
+@pytest.mark.parametrize("layout", sorted(STAGED_LAYOUTS))
+@pytest.mark.parametrize("shape", [(83, 70), (300, 517)])  # serial, parallel; partial tiles
+def test_tiled_user_op_stages_inputs_across_rows(dtype, layout, shape, rng):
+    """A tiled task copies each of its first ``nary.STAGED_INPUTS`` inputs that run across
+    the tile's rows into a stack tile (kernels._stage), whatever the input's position and
+    element width, and rows then read it contiguously; the values are the oracle's."""
+    fx = STAGED_LAYOUTS[layout]
+    a = fx(_data(rng, shape[::-1], dtype))
+    b = _data(rng, a.shape, dtype)
+    c = fx(_data(rng, shape[::-1], dtype))
+    for args in ((a, b, b), (b, a, b), (b, b, a), (a, c, a)):
+        _check(axpb(*args), _oracle(lambda x, w, y: x * w + y, args, args[0].dtype))
+        out = np.zeros(a.shape, a.dtype)
+        assert axpb(*args, out=out) is out
+        _check(out, _oracle(lambda x, w, y: x * w + y, args, a.dtype))
+
+
+@host_only
+def test_tiled_user_op_past_the_staged_inputs_and_out_transposed(rng):
+    """Inputs after the first ``nary.STAGED_INPUTS`` are read in place at their strides; a
+    transposed out is written at its strides (its rows stride across the tile)."""
+    from jitops.cpu import nary
+
+    assert nary.STAGED_INPUTS == 4
+    xs = [_data(rng, (90, 77), "float64").T for _ in range(5)]  # all five across the rows
+    _check(five(*xs), _oracle(ARITIES[5][1], xs, np.dtype("float64")))
+    out_t = np.zeros((90, 77)).T
+    ys = [np.ascontiguousarray(x) for x in xs]
+    five(*ys[:4], xs[4], out=out_t)
+    _check(out_t, _oracle(ARITIES[5][1], ys[:4] + xs[4:], np.dtype("float64")))
+
+
+@host_only
+def test_tiled_user_op_staging_is_compiled_in():
+    """The staging copy is in a user op's task: its 8 x 8 transposes hint the lines they
+    read next (kernels.transpose_block's prefetches, the only ones a user task has): a
+    speed path the values cannot show."""
+    from jitops.cpu import nary, registries
+    from jitops.cpu.jit import inner
+
+    dt = np.dtype(np.float32)
+    axpb(*[np.ones((2, 2), dt)] * 3)  # registers the function
+    spec = nary.UserSpec(axpb.key, (dt,) * 3, dt, dt, dt, axpb.cacheable)
+    sig = (spec.numba_type,) + (nary._I64,) * 3
+
+    def prefetches():
+        task = inner(nary.user_task.py_func)
+        registries.compile_with(lambda: task.compile(sig))
+        return task.inspect_llvm(sig).count("call void @llvm.prefetch")
+
+    assert prefetches() > 0
+
+
 def _complex_div(a, b):
     return a / b
 

@@ -71,8 +71,8 @@ BLOCK_MIN = 4096
 #: alternated rounds (ms, 16 x 256 against 8 x 512 / 32 x 128 / 64 x 64): float32 10.2-10.9
 #: against 10.1-11.0 / 10.6-11.4 / 13.5-17.2, float64 17.2-18.4 against 18.9-22.4 / 17.1-19.0
 #: / 18.9-25.1, int16 5.7-6.1 against 6.4-8.4 / 7.8-8.3 / 13.1-14.8, int8 6.5-6.8 against
-#: 8.4-9.2 / 8.2-8.6 / 8.8-10.2; user ops (rows read strided) unchanged. Wider tiles (16 x
-#: 1024, staged in bands) were 1.6-2x slower. At most ``jitops.cpu.kernels.TILE_MAX``
+#: 8.4-9.2 / 8.2-8.6 / 8.8-10.2; user ops then read at their strides: unchanged. Wider tiles
+#: (16 x 1024, staged in bands) were 1.6-2x slower. At most ``jitops.cpu.kernels.TILE_MAX``
 #: elements (a staged tile lives on the task's stack).
 TILE = (env_int("JITOPS_TILE_I", 16, 1), env_int("JITOPS_TILE_J", 256, 1))
 

@@ -443,7 +443,9 @@ def _launch_user(call: PreparedCall) -> UserLaunch:
     ins = tuple(a.dtype for a in call.inputs)
     compute = call.dtypes.compute
     spec = nary.UserSpec(op.key, ins, call.dtypes.result, compute, op.returned(compute),
-                         op.cacheable, kernels.should_stream(call.plan, call.dtypes.result, ins))
+                         op.cacheable, kernels.should_stream(
+                             call.plan, call.dtypes.result, ins,
+                             staged_tiles=len(ins) <= nary.STAGED_INPUTS))
     geometry = (tuple(a.dtype.alignment for a in arrays),
                 None if call.out is None else tuple(
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in arrays),

@@ -973,8 +973,9 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
     complex, whose elements are pairs); x86-64 only.
 
     ``staged_tiles``: the caller's tiled tasks stage an input that runs across the tile's
-    rows into a contiguous stack tile (the built-in kernels' :func:`stage_tiles`; user ops
-    run a tile's rows strided), so such an input counts as unit-stride. Each tile row of out
+    rows into a contiguous stack tile (the built-in kernels' :func:`stage_tiles`, the user
+    ops' first ``jitops.cpu.nary.STAGED_INPUTS`` inputs), so such an input counts as
+    unit-stride. Each tile row of out
     is then a contiguous run of ``TILE_J`` elements, streamed like any row: measured on
     4096^2 ``X.T - Y``, out= (one process each way, alternated): float32 21.4-24.4 ms
     against 24.4-27.9 ms with ordinary stores, float64 41-43 against 46-48, int16 9.8-12.0

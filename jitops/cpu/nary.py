@@ -15,7 +15,13 @@ element function -- the user's function between the loads and the store):
   read once per row into a small buffer on the task's stack, so the loop body reads every
   input the same way and LLVM vectorises it whatever the mix of broadcast inputs (one
   compiled loop instead of one per pattern);
-* ``strided`` -- anything else (and every row of a tile).
+* ``strided`` -- anything else.
+
+In a tile (``X.T * w + b``), each of the first :data:`STAGED_INPUTS` inputs that runs across
+the tile's rows is first copied into a stack tile, read down its contiguous direction in 8 x 8
+blocks as the built-in kernels do (:func:`~jitops.cpu.kernels._stage`); the tile's rows then
+read it contiguously and run the ``contig`` loop (4096^2 float32 ``X.T * Y - Y``: 16 ms
+against 33 ms read at the strides).
 
 A :class:`UserSpec` (the function, the inputs' dtypes, the compute and result dtypes) is the
 one argument that specialises the module-level ``_utask``, as ``KernelSpec`` does for the
@@ -78,6 +84,7 @@ from .kernels import (
     OK,
     OVERLAP,
     READ_ONLY,
+    TILE_MAX,
     V_TILED,
     VARIANT_CODES,
     WRITEABLE,
@@ -85,6 +92,7 @@ from .kernels import (
     _Emit,
     _emit_loop,
     _smin,
+    _stage,
     emit_chunked_stores,
     emit_odometer_step,
     emit_task_span,
@@ -110,6 +118,10 @@ MAX_OPERANDS = MAX_DIMS
 #: the chunk of a row, so a chunk spans a whole number of streaming-aligned bytes.
 BUFFER = 1024
 assert BUFFER % STREAM_ALIGN == 0
+
+#: Inputs of a user op (the first ones) a tiled task may stage: each has a stack tile of
+#: ``TILE_MAX`` elements, so a task's stack stays bounded whatever the op's arity.
+STAGED_INPUTS = 4
 
 # meta header (int64)
 U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
@@ -467,6 +479,14 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         return None
     sig = _I64(spec, _I64, _I64, _I64)
     stream = spec.stream
+    # the staging copy of each input that may be staged (its storage type's)
+    n_staged = min(n_in, STAGED_INPUTS)
+    st_ty = typingctx.resolve_value_type(_stage)
+    st_sigs = [typingctx.resolve_function_type(
+        st_ty, (types.CPointer(stores[k]),) * 2 + (_I64,) * 6, {})
+        for k in range(1, n_staged + 1)]
+    if any(sg is None for sg in st_sigs):
+        return None
 
     def codegen(context, builder, signature, args):
         b = builder
@@ -475,19 +495,51 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         nops = n_in + 1
         meta = b.inttoptr(pmeta, _LL64.as_pointer())
         ptrs = b.inttoptr(pptrs, _LL64.as_pointer())
-        _, nd, stride = _walker(b, meta, nops)
+        e, nd, stride = _walker(b, meta, nops)
         last = b.sub(nd, _c(1))
         data = [context.get_data_type(st) for st in stores]
         p = [b.inttoptr(b.load(b.gep(ptrs, [_c(k)])), data[k].as_pointer())
              for k in range(nops)]
         s = [stride(k, last) for k in range(nops)]
         buf = [None] + [cgutils.alloca_once(b, data[k], size=BUFFER) for k in range(1, nops)]
+        tile = [None] + [cgutils.alloca_once(b, data[k], size=TILE_MAX)
+                         for k in range(1, n_staged + 1)]
         offs = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
         idx = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
         nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops)
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
+
+        def smaller(a, c):  # |a| < |c|
+            def mag(v):
+                return b.select(b.icmp_signed("<", v, _c(0)), b.sub(_c(0), v), v)
+            return b.icmp_signed("<", mag(a), mag(c))
+
+        # A tile's input that runs across its rows (it moves less down the rows than along
+        # them: kernels.staged's rule) is copied into a stack tile first, read down its
+        # contiguous direction in 8 x 8 blocks (kernels._stage); its rows are then
+        # contiguous, n apart, and run the vector loop as the built-in kernels' do.
+        tiled = eq(e.word(U_VARIANT), V_TILED)
+        down = b.select(b.icmp_signed(">=", nd, _c(2)), b.sub(nd, _c(2)), _c(0))
+        staged = [None]
+        for k in range(1, nops):
+            if k > n_staged:
+                staged.append(ir.Constant(ir.IntType(1), 0))
+                continue
+            s_rows = stride(k, down)
+            yes = b.and_(tiled, b.and_(b.icmp_signed("!=", s[k], _c(0)),
+                                       smaller(s_rows, s[k])))
+            with b.if_then(yes):
+                stage = context.get_function(st_ty, st_sigs[k - 1])
+                stage(b, (tile[k], p[k], b.load(b.gep(offs, [_c(k)])), s_rows, s[k], nrows,
+                          n, n))
+            staged.append(yes)
+        # where the rows read each input: its tile (unit-stride, rows n apart) or in place
+        src = [p[0]] + [p[k] if k > n_staged else b.select(staged[k], tile[k], p[k])
+                        for k in range(1, nops)]
+        s = [s[0]] + [s[k] if k > n_staged else b.select(staged[k], _c(1), s[k])
+                      for k in range(1, nops)]
 
         const = [None] + [eq(s[k], 0) for k in range(1, nops)]
         contig = eq(s[0], 1)
@@ -500,8 +552,12 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         def element(ptrs_at):
             return impl(b, [b.load(q) for q in ptrs_at])
 
-        with cgutils.for_range(b, nrows):
+        with cgutils.for_range(b, nrows) as row:
+            at_tile = b.mul(row.index, n)  # a staged input's row in its tile
             o = [b.load(b.gep(offs, [_c(k)])) for k in range(nops)]
+            o = [o[0]] + [o[k] if k > n_staged else b.select(staged[k], at_tile, o[k])
+                          for k in range(1, nops)]
+            p = src
             with b.if_else(contig) as (vector, strided):
                 with strided:
                     def one(i):
