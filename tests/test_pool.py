@@ -382,6 +382,30 @@ def test_the_process_exits_promptly_with_workers_running_or_asleep():
         assert time.monotonic() - t0 < 60
 
 
+def test_workers_have_room_for_staged_tiles_whatever_stack_size_the_program_set():
+    """A program's ``threading.stack_size`` is not the workers': each gets
+    ``pool.WORKER_STACK`` (staged complex128 tiles overflowed 160 KiB stacks: a segfault),
+    and the program's own setting is put back for its threads."""
+    res = _child("""
+        import threading
+        threading.stack_size(160 * 1024)
+        import numpy as np, jitops
+        from jitops.cpu import pool
+
+        @jitops.elementwise
+        def f4(a, b, c, d):
+            return a * b + c * d
+
+        x = (np.random.default_rng(0).random((600, 700)) + 1j).astype(np.complex128)
+        assert np.array_equal(jitops.subtract(x.T, x.T[::-1]), x.T - x.T[::-1])
+        assert np.allclose(f4(x.T, x.T, x.T, x.T), x.T * x.T + x.T * x.T)
+        assert len(pool.get().threads) >= 1 or jitops.get_num_threads() == 1
+        print(threading.stack_size())
+    """)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split() == [str(160 * 1024)]
+
+
 def test_many_threads_many_small_parallel_jobs():
     """Claims race: eight Python threads, each thousands of parallel jobs of a few tasks
     (a low threshold), every result checked."""

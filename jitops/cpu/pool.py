@@ -140,6 +140,13 @@ OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
 #: costs two stalled jobs -- and after a calm spell the backoff is short again.
 OMP_BACKOFF_MAX_JOBS = env_int("JITOPS_OMP_BACKOFF_MAX", 8192)
 
+#: Stack of each pool worker thread (bytes, reserved, not committed): a task keeps its staged
+#: tiles there (``kernels.TILE_MAX`` elements per staged input, up to 16 bytes each: 128 KiB
+#: for a built-in's two complex128 inputs, 256 KiB for a user op's four) beside the frames.
+#: Set for the workers whatever ``threading.stack_size`` a program chose for its own threads:
+#: with 160 KiB stacks a transposed complex128 subtract overflowed a worker's stack.
+WORKER_STACK = 4 << 20
+
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
 _FUTEX_NR, _YIELD_NR = hooks.FUTEX_NR, hooks.YIELD_NR
 
@@ -825,7 +832,7 @@ class Pool:
                 # start half done -- Python 3.10 then raises "release unlocked lock", which
                 # read as a thread limit, and the started worker went unrecorded: signals are
                 # held until the start is complete and the worker recorded.
-                with lifecycle.signals_held():
+                with lifecycle.signals_held(), _stack_size(WORKER_STACK):
                     t.start()
                     self.threads.append(t)
             except RuntimeError as e:  # "can't start new thread"
@@ -855,6 +862,18 @@ class Pool:
         for t in self.threads:
             t.join(timeout=timeout)
         return True
+
+
+@contextlib.contextmanager
+def _stack_size(size: int):
+    """Threads started inside get stacks of ``size`` bytes (``threading.stack_size``, which
+    is process-wide: put back after, so the program's own threads get what it chose; a thread
+    another Python thread starts meanwhile gets the larger stack, which is harmless)."""
+    before = threading.stack_size(size)
+    try:
+        yield
+    finally:
+        threading.stack_size(before)
 
 
 def _wake_all(ctl: int) -> None:
