@@ -65,11 +65,14 @@ def test_chosen_for_outputs_beyond_the_cache(monkeypatch):
     c = np.ones(5 * 10**6, np.complex64)
     assert not _launch_streams(lambda: jitops.add(c, c))
     # a transpose's tiles stage the transposed input: its out rows stream like any row (the
-    # built-in kernels); a user op runs a tile's rows strided, and keeps ordinary stores
+    # built-in kernels, and a user op's first nary.STAGED_INPUTS inputs); a user op with more
+    # inputs than it stages runs some tile rows strided, and keeps ordinary stores
     sq = np.ones((4096, 4096), np.float32)
     assert _launch_streams(lambda: jitops.subtract(sq.T, sq))
     assert _launch_streams(lambda: jitops.subtract(sq, sq.T, out=np.empty_like(sq)))
-    assert not _launch_streams(lambda: jitops.elementwise(lambda a, b: a - b)(sq.T, sq))
+    assert _launch_streams(lambda: jitops.elementwise(lambda a, b: a - b)(sq.T, sq))
+    assert not _launch_streams(
+        lambda: jitops.elementwise(lambda a, b, c, d, e: a - b + c - d + e)(sq.T, *[sq] * 4))
     assert not _launch_streams(lambda: jitops.subtract(sq[:1024, :1024].T, sq[:1024, :1024]))
     # neither input contiguous along the rows nor staged: nothing streams
     assert not _launch_streams(lambda: jitops.subtract(sq[:, ::2], sq[:, 1::2]))
