@@ -250,6 +250,15 @@ def _user_xwb():
     return c, 2 * x.nbytes
 
 
+def _user_transposed():
+    """x * w + b with x transposed and w, b C-ordered (all 4096^2): the user op's tiles
+    stage x as the built-ins' do. Its targets are the fusion row's (``user_xwb``): a layout
+    should not cost a user op its lead."""
+    x, w, b = (_rand((4096, 4096), seed=k) for k in (1, 2, 3))
+    o = np.empty_like(w)
+    return _axpb_into(x.T, w, b, o, w, b), 4 * x.nbytes
+
+
 def _user_abc():
     a, b, cc = _rand(10**7, seed=1), _rand(10**7, seed=2), _rand(10**7, seed=3)
     o = np.empty_like(a)
@@ -308,6 +317,8 @@ CASES = [
          {"numpy": 2.2, "torch": 1.3}),
     Case("user_xwb", "user op x * w + b, X(32,64,56,56), w, b (64,) pdpd axis 1, out=",
          _user_xwb, {"numpy": 3.0, "numexpr": 1.5, "torch": 1.3}),
+    Case("user_transposed", "user op x * w + b, x transposed, all 4096^2, out=",
+         _user_transposed, {"numpy": 3.0, "torch": 1.3}, rounds=21),
     Case("user_abc", "user op a * b + c, three 1e7 arrays, out=", _user_abc,
          {"numpy": 2.0, "numexpr": 1.3}),
     Case("overhead", "call overhead, 8 float64 elements, out=", _overhead, {"numpy": 1 / 1.5},
