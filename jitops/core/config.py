@@ -65,16 +65,15 @@ BLOCK = env_int("JITOPS_BLOCK", 65536, 1)
 BLOCK_MIN = 4096
 
 #: Tile of the ``tiled`` variant (rows x columns of the two innermost dims), for operands that
-#: disagree on layout (``X.T - Y``). Short and wide, walked down a column of tiles: an input
-#: staged from across the rows reads 16 elements of each of 256 of its rows, and the next tile
-#: down reads on along the same rows. Measured on 4096^2 ``X.T - Y``, out=, in three
-#: alternated rounds (ms, 16 x 256 against 8 x 512 / 32 x 128 / 64 x 64): float32 10.2-10.9
-#: against 10.1-11.0 / 10.6-11.4 / 13.5-17.2, float64 17.2-18.4 against 18.9-22.4 / 17.1-19.0
-#: / 18.9-25.1, int16 5.7-6.1 against 6.4-8.4 / 7.8-8.3 / 13.1-14.8, int8 6.5-6.8 against
-#: 8.4-9.2 / 8.2-8.6 / 8.8-10.2; user ops then read at their strides: unchanged. Wider tiles
-#: (16 x 1024, staged in bands) were 1.6-2x slower. At most ``jitops.cpu.kernels.TILE_MAX``
-#: elements (a staged tile lives on the task's stack).
-TILE = (env_int("JITOPS_TILE_I", 16, 1), env_int("JITOPS_TILE_J", 256, 1))
+#: disagree on layout (``X.T - Y``). Measured on 4096^2 transposes (benchmarks/): short and
+#: wide, walked down a column of tiles -- an input staged from across the rows then reads
+#: 8 elements of each of 512 of its rows, and the next tile down reads the rest of those
+#: same cache lines -- 8 x 512 gave 14 ms for float32 (10x NumPy) against 27-34 ms for
+#: 32 x 32, and was the best or near it for int8, int16 and float64 too. 16 x 256 was 5-10%
+#: faster on 4096^2 float32, float64 and int16 but 35% slower on 3162^2 int16 (three
+#: alternated rounds), and tiles wider than 512 (staged in bands) 1.6-2x slower. At most
+#: ``jitops.cpu.kernels.TILE_MAX`` elements (a staged tile lives on the task's stack).
+TILE = (env_int("JITOPS_TILE_I", 8, 1), env_int("JITOPS_TILE_J", 512, 1))
 
 
 def _last_level_cache_bytes(default: int = 32 << 20) -> int:

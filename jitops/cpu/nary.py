@@ -20,8 +20,8 @@ element function -- the user's function between the loads and the store):
 In a tile (``X.T * w + b``), each of the first :data:`STAGED_INPUTS` inputs that runs across
 the tile's rows is first copied into a stack tile, read down its contiguous direction in 8 x 8
 blocks as the built-in kernels do (:func:`~jitops.cpu.kernels._stage`); the tile's rows then
-read it contiguously and run the ``contig`` loop (4096^2 float32 ``X.T * Y - Y``: 16 ms
-against 33 ms read at the strides).
+read it contiguously and run the ``contig`` loop (4096^2 float32 ``X.T * Y - Y``: 11-12 ms
+against 31-33 ms read at the strides, with non-temporal stores for the rows).
 
 A :class:`UserSpec` (the function, the inputs' dtypes, the compute and result dtypes) is the
 one argument that specialises the module-level ``_utask``, as ``KernelSpec`` does for the
@@ -103,6 +103,7 @@ from .kernels import (
     note_flags,
     renamed,
     stack_words,
+    staged,
     task_geometry,
 )
 from .spec import address_of, as_pointer, storage, to_bool_byte
@@ -485,7 +486,9 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
     st_sigs = [typingctx.resolve_function_type(
         st_ty, (types.CPointer(stores[k]),) * 2 + (_I64,) * 6, {})
         for k in range(1, n_staged + 1)]
-    if any(sg is None for sg in st_sigs):
+    rule_ty = typingctx.resolve_value_type(staged)
+    rule_sig = typingctx.resolve_function_type(rule_ty, (_I64, _I64), {})
+    if rule_sig is None or any(sg is None for sg in st_sigs):
         return None
 
     def codegen(context, builder, signature, args):
@@ -511,34 +514,29 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
 
-        def smaller(a, c):  # |a| < |c|
-            def mag(v):
-                return b.select(b.icmp_signed("<", v, _c(0)), b.sub(_c(0), v), v)
-            return b.icmp_signed("<", mag(a), mag(c))
-
-        # A tile's input that runs across its rows (it moves less down the rows than along
-        # them: kernels.staged's rule) is copied into a stack tile first, read down its
-        # contiguous direction in 8 x 8 blocks (kernels._stage); its rows are then
-        # contiguous, n apart, and run the vector loop as the built-in kernels' do.
+        # A tile's input that runs across its rows (kernels.staged, the built-ins' rule) is
+        # copied into a stack tile first, read down its contiguous direction in 8 x 8 blocks
+        # (kernels._stage); its rows are then contiguous, n apart, and run the vector loop
+        # as the built-in kernels' do.
         tiled = eq(e.word(U_VARIANT), V_TILED)
         down = b.select(b.icmp_signed(">=", nd, _c(2)), b.sub(nd, _c(2)), _c(0))
-        staged = [None]
+        rule = context.get_function(rule_ty, rule_sig)
+        on = [None]  # per input: whether this task stages it (an i1)
         for k in range(1, nops):
             if k > n_staged:
-                staged.append(ir.Constant(ir.IntType(1), 0))
+                on.append(ir.Constant(ir.IntType(1), 0))
                 continue
             s_rows = stride(k, down)
-            yes = b.and_(tiled, b.and_(b.icmp_signed("!=", s[k], _c(0)),
-                                       smaller(s_rows, s[k])))
+            yes = b.and_(tiled, rule(b, (s_rows, s[k])))
             with b.if_then(yes):
                 stage = context.get_function(st_ty, st_sigs[k - 1])
                 stage(b, (tile[k], p[k], b.load(b.gep(offs, [_c(k)])), s_rows, s[k], nrows,
                           n, n))
-            staged.append(yes)
+            on.append(yes)
         # where the rows read each input: its tile (unit-stride, rows n apart) or in place
-        src = [p[0]] + [p[k] if k > n_staged else b.select(staged[k], tile[k], p[k])
-                        for k in range(1, nops)]
-        s = [s[0]] + [s[k] if k > n_staged else b.select(staged[k], _c(1), s[k])
+        p = [p[0]] + [p[k] if k > n_staged else b.select(on[k], tile[k], p[k])
+                      for k in range(1, nops)]
+        s = [s[0]] + [s[k] if k > n_staged else b.select(on[k], _c(1), s[k])
                       for k in range(1, nops)]
 
         const = [None] + [eq(s[k], 0) for k in range(1, nops)]
@@ -555,9 +553,8 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         with cgutils.for_range(b, nrows) as row:
             at_tile = b.mul(row.index, n)  # a staged input's row in its tile
             o = [b.load(b.gep(offs, [_c(k)])) for k in range(nops)]
-            o = [o[0]] + [o[k] if k > n_staged else b.select(staged[k], at_tile, o[k])
+            o = [o[0]] + [o[k] if k > n_staged else b.select(on[k], at_tile, o[k])
                           for k in range(1, nops)]
-            p = src
             with b.if_else(contig) as (vector, strided):
                 with strided:
                     def one(i):
