@@ -163,14 +163,11 @@ def public_op(op: str, fname: str):
                             if not launch.parallel:  # a zero check, or a 0-d result
                                 return target[()] if out is None and not launch.shape \
                                     else target
-                            # (not memoised while its stores are being chosen: cpu.Launch)
-                            if not launch.zero_check and launch.choice is None:
-                                stamp = _STAMP[0]  # before the count: see _remember
-                                threads = _num_threads()
-                                if threads > 1:
-                                    _push(memo, _remember(key, launch, target, x, y, out,
-                                                          broadcast, axis, act, threads,
-                                                          stamp))
+                            stamp = _STAMP[0]  # before the count: see _remember
+                            threads = _threads_to_remember(launch)
+                            if threads:
+                                _push(memo, _remember(key, launch, target, x, y, out,
+                                                      broadcast, axis, act, threads, stamp))
                             return target
                         # misaligned, overlapping, out read-only or a zero divisor this time:
                         # the careful path (which raises where it must)
@@ -237,6 +234,20 @@ class _Repeat:
         self.stamp = -1 if stamp is None else stamp
         self.drivers = _drivers(_KERNELS, _SIG) if threads > 1 else None
         self.args = None
+
+
+def _threads_to_remember(launch) -> int:
+    """The thread count a launch that just ran is remembered with (0: not remembered): 1 for
+    a serial one (its compiled entry), the calling thread's count for a parallel one, where
+    that is above 1, without a zero check and with its stores chosen (cpu.Launch). A parallel
+    launch run on one thread is not remembered: a serial repeat checks no thread count, and
+    would stay serial once the count is raised."""
+    if launch.direct is not None:
+        return 1
+    if launch.parallel and not launch.zero_check and launch.choice is None:
+        threads = _num_threads()
+        return threads if threads > 1 else 0
+    return 0
 
 
 def _push(memo: list, r: _Repeat | None) -> None:
@@ -394,10 +405,8 @@ def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
         target = out if out is not None else launch.new_output()
         stamp = _STAMP[0]  # before the count: see _remember
         if launch.run(target, xa, ya, fname, out) == _OK:
-            threads = 1 if launch.direct is not None else (
-                _num_threads() if launch.parallel and not launch.zero_check
-                and launch.choice is None else 0)
-            if threads:  # serial, or a parallel launch whose stores are chosen
+            threads = _threads_to_remember(launch)
+            if threads:
                 weak = (x, xa, True) if xa is not x else (y, ya, False)
                 weak[1].flags.writeable = False  # this call's own: nobody writes it
                 _push(memo, _remember(key, launch, target, xa, ya, out, broadcast, axis,

@@ -97,7 +97,7 @@ def ok(name: str) -> bool:
     once, naming the hook and the public path taken instead)."""
     if name in _STATE:
         return _STATE[name] is None
-    check, fallback = _CHECKS[name]
+    check = _CHECKS[name][0]
     off = _disabled()
     if name in off or "all" in off:
         why = "turned off by JITOPS_DISABLE_HOOKS"
@@ -108,8 +108,7 @@ def ok(name: str) -> bool:
             why = f"{type(e).__name__}: {e}"
     _STATE[name] = why
     if why is not None:
-        warnings.warn(f"jitops: {name} is unavailable ({why}); using {fallback} instead "
-                      f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=3)
+        _warn_off(name, why)
     return why is None
 
 
@@ -119,8 +118,13 @@ def fail(name: str, why: str) -> None:
     if _STATE.get(name, None) is not None:
         return
     _STATE[name] = why
+    _warn_off(name, why)
+
+
+def _warn_off(name: str, why: str) -> None:
+    """The one warning a hook turned off gives: why, and the public path taken instead."""
     warnings.warn(f"jitops: {name} is unavailable ({why}); using {_CHECKS[name][1]} instead "
-                  f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=3)
+                  f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=4)
 
 
 def status() -> dict[str, str | None]:
