@@ -148,6 +148,29 @@ def test_a_repeated_call_follows_the_count_of_each_call():
             assert len(ids) == n
 
 
+@needs_two
+def test_a_repeat_with_a_weak_scalar_follows_the_count_after_threads_one():
+    """``x - 3.0`` remembered inside ``threads(1)`` is not kept as a serial repeat: once the
+    block is left, the same call runs parallel jobs again."""
+    from jitops.cpu import pool
+
+    x = np.linspace(-1, 1, N).astype(np.float32)
+    out = np.empty_like(x)
+    jitops.subtract(x, x, out=out)  # the pool started
+
+    def jobs() -> int:
+        return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+
+    with jitops.threads(1):
+        for _ in range(3):
+            jitops.subtract(x, 3.0, out=out)
+    before = jobs()
+    for _ in range(3):
+        assert jitops.subtract(x, 3.0, out=out) is out
+    np.testing.assert_array_equal(out, x - np.float32(3.0))
+    assert jobs() - before == 3
+
+
 @pytest.mark.parametrize("bad, err", [(0, ValueError), (-2, ValueError),
                                       (1.5, TypeError), (True, TypeError), ("2", TypeError),
                                       (None, TypeError)])
