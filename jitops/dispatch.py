@@ -118,12 +118,13 @@ def public_op(op: str, fname: str):
                 r.launch.check(status, fname, out)  # raises if a task failed
             # not such arrays (or misaligned, overlapping, read-only): the one before
         r = memo[1]
-        if r is not None and r.native is not None and broadcast is r.broadcast \
-                and axis is r.axis and act is r.act and device is None \
-                and (out is None) is r.new:
-            # calls alternating between two kinds of arrays: each is the one before
-            status, target = _again(r, x, y, out)
-            if status == _OK or status >= _FP_RAISED:
+        if r is not None and broadcast is r.broadcast and axis is r.axis and act is r.act \
+                and device is None and (out is None) is r.new:
+            # calls alternating between two kinds of arrays (or thread counts): each is the
+            # one before
+            status, target = _again(r, r.native, x, y, out) if r.native is not None \
+                else _repeat(memo, r, x, y, out)
+            if status is not None and (status == _OK or status >= _FP_RAISED):
                 memo[0], memo[1] = r, memo[0]
                 if status != _OK:  # written: NumPy's errstate decides the rest
                     r.launch.report(status, fname)
@@ -207,11 +208,15 @@ class _Repeat:
     parallel launch, the repeat is taken for the very same objects (``ids``): a parallel one
     launches with arguments made once (``args``, with ``out=``), and only while the calling
     thread's count is still ``threads`` (``stamp``: jitops.cpu.parallel.STAMP when it was
-    read).
+    read). A parallel launch run on one thread (``threads(1)``, ``set_num_threads(1)``) is
+    remembered as a serial one that ``checks_count``: its compiled entry is ``counted``, not
+    ``native``, and a repeat takes it only while the count is still one (else a serial
+    repeat would stay serial once the count is raised).
     """
 
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
-                 "headers", "meta", "threads", "ids", "stamp", "drivers", "args", "weak")
+                 "headers", "meta", "threads", "ids", "stamp", "drivers", "args", "weak",
+                 "checks_count", "counted")
 
     def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp,
                  weak=None):
@@ -219,13 +224,19 @@ class _Repeat:
         self.new = out is None
         self.launch, self.headers, self.meta = launch, headers, headers[1]
         self.new_output = launch.output_maker()
-        self.native = None
+        self.native = self.counted = None
         self.makes = False  # the native entry makes the new result (f(x, y))
+        #: a parallel launch remembered on one thread: taken only while the count is one
+        self.checks_count = threads == 1 and launch.parallel
         if threads == 1:
-            self.native = headers[4] if self.new and headers[4] is not None else headers[3]
-            self.makes = self.native is headers[4]
-            if weak is not None and self.native is not None:
-                self.native = _with_weak(self.native, self.makes, *weak)
+            native = headers[4] if self.new and headers[4] is not None else headers[3]
+            self.makes = native is not None and native is headers[4]
+            if weak is not None and native is not None:
+                native = _with_weak(native, self.makes, *weak)
+            if self.checks_count:
+                self.counted = native
+            else:
+                self.native = native
         self.threads, self.ids = threads, ids
         #: (a weak Python scalar operand, the 0-d array it became, whether it is x) or None
         self.weak = weak
@@ -238,15 +249,13 @@ class _Repeat:
 
 def _threads_to_remember(launch) -> int:
     """The thread count a launch that just ran is remembered with (0: not remembered): 1 for
-    a serial one (its compiled entry), the calling thread's count for a parallel one, where
-    that is above 1, without a zero check and with its stores chosen (cpu.Launch). A parallel
-    launch run on one thread is not remembered: a serial repeat checks no thread count, and
-    would stay serial once the count is raised."""
+    a serial one (its compiled entry), the calling thread's count for a parallel one without
+    a zero check and with its stores chosen (cpu.Launch) -- 1 where that count is one: a
+    serial repeat that checks the count (:class:`_Repeat`)."""
     if launch.direct is not None:
         return 1
     if launch.parallel and not launch.zero_check and launch.choice is None:
-        threads = _num_threads()
-        return threads if threads > 1 else 0
+        return _num_threads()
     return 0
 
 
@@ -256,10 +265,10 @@ def _push(memo: list, r: _Repeat | None) -> None:
         memo[0], memo[1] = r, memo[0]
 
 
-def _again(r: _Repeat, x, y, out):
-    """(status, target) of the repeat ``r`` with its compiled entry (see ``fn``): status OK,
-    a written status with flags, or one that says nothing was written (target None)."""
-    native = r.native
+def _again(r: _Repeat, native, x, y, out):
+    """(status, target) of the repeat ``r`` with its compiled entry ``native`` (see ``fn``):
+    status OK, a written status with flags, or one that says nothing was written (target
+    None)."""
     if out is not None:
         return native(out, x, y), out
     if r.makes:
@@ -293,8 +302,14 @@ def _with_weak(native, makes: bool, weak, array, is_x: bool):
 
 
 def _repeat(memo: list, r: _Repeat, x, y, out):
-    """(status, target) of a repeat without a compiled entry (see :class:`_Repeat`); status
-    None where the repeat does not apply (other objects, another thread count)."""
+    """(status, target) of a repeat without a compiled entry, or whose entry checks the
+    count (see :class:`_Repeat`); status None where the repeat does not apply (other objects,
+    another thread count)."""
+    if r.checks_count:
+        if r.stamp != _STAMP[0] and not _same_count(memo, r):
+            return None, None  # a count above one now: the key (a parallel launch again)
+        if r.counted is not None:  # any such arrays: the kernel checks their headers
+            return _again(r, r.counted, x, y, out)
     if r.ids != (id(x), id(y), id(out)):
         return None, None
     w = r.weak
@@ -360,6 +375,8 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         # the dtype objects are compared by address: they live as long as this entry, and
         # so does the meta the compiled entry reads
         size = math.prod(target.shape)
+        if threads == 1 and launch.parallel:  # (a serial launch was verified when it ran)
+            fastcall.verify(launch, target, x, y)
         natives = (fastcall.bind(launch.task, meta, size),
                    fastcall.bind(launch.task, meta, size, (target.dtype, target.shape))
                    if out is None and launch.makes_c_order() else None) \
@@ -370,7 +387,7 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     if weak is not None:  # taken for that scalar object (_repeat hands over its array)
         ids = (id(weak[0]), ids[1], ids[2]) if weak[2] else (ids[0], id(weak[0]), ids[2])
     r = _Repeat(broadcast, axis, act, out, launch, h, threads, ids, stamp, weak)
-    if shared and r.native is not None:  # any objects of that kind: one per key, kept
+    if shared and (r.native or r.counted) is not None:  # any such objects: one per key
         _REPEATS[hkey, out is None] = r
     return r
 

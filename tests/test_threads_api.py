@@ -254,3 +254,46 @@ def test_info_reports_the_count_and_where_it_came_from():
     th = parallel.info()
     assert (th["num_threads"], th["num_threads_source"]) == (1, "set_num_threads")
     assert th["numba_pool"] == POOL and th["affinity"] == len(os.sched_getaffinity(0))
+
+
+@needs_two
+def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_the_count(
+        monkeypatch):
+    """Calls of a parallel size made with one thread (``set_num_threads(1)``, as in a forked
+    worker per core) are remembered: their repeats skip the keyed path and the launch's
+    Python (here made to fail if reached), any arrays of that kind, the weak scalar too. Once
+    the count is raised, the same repeat runs parallel jobs again."""
+    from jitops import dispatch
+    from jitops.cpu import backend, pool
+
+    x = np.linspace(-1, 1, N).astype(np.float32)
+    y = x[::-1].copy()
+    out = np.empty_like(x)
+    jitops.subtract(x, y, out=out)  # the pool started
+
+    def jobs() -> int:
+        return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+
+    jitops.set_num_threads(1)
+    for _ in range(2):  # seen, then remembered on one thread (calls alternating)
+        jitops.subtract(x, y, out=out)
+        jitops.subtract(x, 3.0)
+    before = jobs()
+
+    def refused(*args):
+        raise AssertionError("a remembered repeat reached Launch._run")
+
+    with monkeypatch.context() as m:
+        m.setattr(backend.Launch, "_run", refused)
+        for _ in range(3):
+            x2, y2, o2 = x.copy(), y.copy(), np.empty_like(out)  # other objects, same kind
+            assert jitops.subtract(x2, y2, out=o2) is o2
+            np.testing.assert_array_equal(o2, x - y)
+            np.testing.assert_array_equal(jitops.subtract(x2, 3.0), x - np.float32(3.0))
+    assert jobs() == before  # serial: no job on the pool
+    jitops.set_num_threads(2)
+    for _ in range(3):
+        assert jitops.subtract(x, y, out=out) is out
+        np.testing.assert_array_equal(jitops.subtract(x, 3.0), x - np.float32(3.0))
+    np.testing.assert_array_equal(out, x - y)
+    assert jobs() - before == 6
