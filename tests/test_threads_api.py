@@ -263,7 +263,6 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
     worker per core) are remembered: their repeats skip the keyed path and the launch's
     Python (here made to fail if reached), any arrays of that kind, the weak scalar too. Once
     the count is raised, the same repeat runs parallel jobs again."""
-    from jitops import dispatch
     from jitops.cpu import backend, pool
 
     x = np.linspace(-1, 1, N).astype(np.float32)
