@@ -32,10 +32,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .core import protocols, tensors
+from .core.config import ASLEEP_SERIAL_MAX
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
-from .cpu import fastcall, parallel
+from .cpu import fastcall, lifecycle, parallel
+from .cpu import pool as _pools
 from .dask import backend as dask
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ _ref = cpu.ref
 _num_threads = parallel.num_threads
 _launch = parallel.launch
 _STAMP = parallel.STAMP
+_SLEEPERS, _OMP = _pools.C_SLEEPERS, _pools.C_OMP
 _drivers, _KERNELS, _SIG = cpu.drivers, cpu.kernels.KERNELS, cpu.SIG
 #: The kernels read out's writeable flag themselves (jitops.cpu.kernels.FLAGS_OFFSET): a
 #: repeat need not ask for ``out.flags`` (a new flags object per call).
@@ -95,7 +98,17 @@ def public_op(op: str, fname: str):
             # is an ndarray of the type, dtype, shape and strides it was planned for.
             native = r.native
             if native is None:
-                status, target = _repeat(memo, r, x, y, out)
+                q = r.quiet
+                if q is not None and q[_SLEEPERS] and not q[_OMP]:
+                    # a parallel repeat while the workers sleep (the process was idle):
+                    # serially, waking them for the next call (_Repeat); the kernel checks
+                    # the objects, and a thread count other than the repeat's changes nothing
+                    if out is not None:
+                        status, target = r.serial(out, x, y), out
+                    else:
+                        status, target = _again(r, r.serial, x, y, out)
+                else:
+                    status, target = _repeat(memo, r, x, y, out)
             elif out is not None:  # serial: the compiled entry, handed the objects
                 status = native(out, x, y)
                 if status == _OK:
@@ -208,7 +221,12 @@ class _Repeat:
     parallel launch, the repeat is taken for the very same objects (``ids``): a parallel one
     launches with arguments made once (``args``, with ``out=``), and only while the calling
     thread's count is still ``threads`` (``stamp``: jitops.cpu.parallel.STAMP when it was
-    read). A parallel launch run on one thread (``threads(1)``, ``set_num_threads(1)``) is
+    read). While the pool's workers sleep, a parallel repeat of fewer than
+    ``config.ASLEEP_SERIAL_MAX`` elements runs ``serial``, a compiled entry that wakes them
+    and runs the tasks on the calling thread (``quiet``: a view of the pool's control block,
+    where its sleepers are counted; None in a forked child, whose pool is not that one).
+
+    A parallel launch run on one thread (``threads(1)``, ``set_num_threads(1)``) is
     remembered as a serial one that ``checks_count``: its compiled entry is ``counted``, not
     ``native``, and a repeat takes it only while the count is still one (else a serial
     repeat would stay serial once the count is raised).
@@ -216,7 +234,7 @@ class _Repeat:
 
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
                  "headers", "meta", "threads", "ids", "stamp", "drivers", "args", "weak",
-                 "checks_count", "counted")
+                 "checks_count", "counted", "serial", "quiet")
 
     def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp,
                  weak=None):
@@ -237,6 +255,13 @@ class _Repeat:
                 self.counted = native
             else:
                 self.native = native
+        self.serial = self.quiet = None
+        if threads > 1 and headers[3] is not None:  # (see _asleep_entries)
+            serial = headers[4] if self.new and headers[4] is not None else headers[3]
+            self.makes = serial is headers[4]
+            # handed the objects as they come: a weak scalar as the 0-d array it became
+            self.serial = serial if weak is None else _with_weak(serial, self.makes, *weak)
+            self.quiet = memoryview(_pools.get().words.view(np.uint8)).cast("q")
         self.threads, self.ids = threads, ids
         #: (a weak Python scalar operand, the 0-d array it became, whether it is x) or None
         self.weak = weak
@@ -380,7 +405,7 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         natives = (fastcall.bind(launch.task, meta, size),
                    fastcall.bind(launch.task, meta, size, (target.dtype, target.shape))
                    if out is None and launch.makes_c_order() else None) \
-            if threads == 1 else (None, None)
+            if threads == 1 else _asleep_entries(launch, target, x, y, out, size)
         h = _HEADERS[hkey] = (meta, meta.__array_interface__["data"][0],
                               (target.dtype, x.dtype, y.dtype), *natives)
     ids = (id(x), id(y), id(out))
@@ -390,6 +415,24 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     if shared and (r.native or r.counted) is not None:  # any such objects: one per key
         _REPEATS[hkey, out is None] = r
     return r
+
+
+def _asleep_entries(launch, target, x, y, out, size: int) -> tuple:
+    """For a parallel repeat: the serial compiled entries it runs while the pool's workers
+    sleep (:class:`_Repeat`), which wake them first -- ``f(out, x, y)`` and, where the launch
+    makes C-ordered results, ``f(x, y)`` -- and the one-thread meta with header checks they
+    read (kept with them); Nones where the call has ``config.ASLEEP_SERIAL_MAX`` elements or
+    more, jitops' pool does not run, or the compiled entry is not available."""
+    if size >= ASLEEP_SERIAL_MAX or not _pools.AVAILABLE:
+        return None, None, None
+    meta = cpu.header_checks(launch, (target, x, y), 1)
+    if meta is None:
+        return None, None, None
+    fastcall.verify(launch, target, x, y)
+    ctl = _pools.get().ctl
+    return (fastcall.bind(launch.task, meta, size, None, ctl),
+            fastcall.bind(launch.task, meta, size, (target.dtype, target.shape), ctl)
+            if out is None and launch.makes_c_order() else None, meta)
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,
@@ -585,6 +628,16 @@ def chunk(op, fname: str, act: str | None, *blocks):
         else:
             r = _call(op, fname, blocks, "numpy", -1, None, None, None, None)
     return np.asarray(r) if isinstance(r, _SCALAR) else r  # a 0-d block stays an array
+
+
+@lifecycle.at_fork_in_child
+def _after_fork_in_child() -> None:
+    """A forked child's repeats stop reading the parent's pool (a copy, whose sleepers never
+    change): they launch on the child's own."""
+    for memo in _MEMOS:
+        for r in memo:
+            if r is not None:
+                r.quiet = None
 
 
 def clear() -> None:

@@ -34,12 +34,16 @@ def test_neighbour_rows_run_and_render():
         assert table.count("alternating with PyTorch") == 2
     assert any("busy core" in s for s in said)
     sp = res["sporadic"]
-    assert [r["key"] for r in sp] == ["sporadic_sleep", "sporadic_busy"]
+    assert [r["key"] for r in sp] == ["sporadic_sleep", "sporadic_busy",
+                                      "sporadic_alone_1e+05", "sporadic_alone_1e+06"]
     for r in sp:
         assert r["median_s"]["jitops"] > 0 and "numpy" in r["ratios"]
+        targets = neighbours.SPORADIC_TARGETS if "alone" not in r["key"] else \
+            {"numpy": neighbours.SPORADIC_ALONE_TARGET}
         assert r["met"] == all(r["ratios"].get(k, float("inf")) >= t
-                               for k, t in neighbours.SPORADIC_TARGETS.items())
+                               for k, t in targets.items())
     assert "after 2 ms asleep" in table and "CPU time a process burns" in table
+    assert table.count("in a process without PyTorch") == 2
 
 
 def test_no_busy_process_outlives_an_error():

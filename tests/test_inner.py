@@ -34,7 +34,7 @@ def test_the_helpers_and_tasks_are_inner():
         assert must in names
     # what Python calls keeps its entry point
     for entry in (*kernels.KERNELS.values(), *nary.KERNELS.values(), pool._worker,
-                  pool._futex_wake):
+                  pool.futex_wake):
         if entry is not kernels.KERNELS["task"]:
             assert not isinstance(entry, jit.InnerDispatcher), entry
 

@@ -467,3 +467,98 @@ def test_a_forked_child_knows_its_own_pid_and_pool():
     """
     res = _child(code)
     assert res.returncode == 0 and res.stdout.split() == ["ok", "True"], res.stderr[-2000:]
+
+
+def _wait_for_sleepers(want_all: bool, timeout: float = 20.0) -> bool:
+    """Wait until every worker sleeps (``want_all``) or none does; False on timeout."""
+    p = pool.get()
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        n = pool.word(p.ctl, pool.C_SLEEPERS)
+        if (n == len(p.threads) >= 1) if want_all else n == 0:
+            return True
+        time.sleep(0.001 if want_all else 0)
+    return False
+
+
+@needs_two
+def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them():
+    """A parallel repeat below ``config.ASLEEP_SERIAL_MAX`` elements, called after the
+    workers fell asleep, runs on the calling thread (no job) and wakes them: a repeat called
+    while they are awake is a parallel job again. out=, a new result, a weak scalar."""
+    from jitops import dispatch
+
+    n = 2 * _config.PARALLEL_THRESHOLD
+    assert n < _config.ASLEEP_SERIAL_MAX
+    x = np.linspace(-1, 1, n).astype(np.float32)
+    y = x[::-1].copy()
+    out = np.empty_like(x)
+    dispatch.clear()
+    calls = {"out=": lambda: jitops.subtract(x, y, out=out),
+             "new": lambda: jitops.subtract(x, y),
+             "weak": lambda: jitops.subtract(x, 3.0)}
+    want = {"out=": x - y, "new": x - y, "weak": x - np.float32(3.0)}
+    for name, call in calls.items():
+        for _ in range(3):  # seen, then remembered
+            call()
+        assert _wait_for_sleepers(True), "the workers did not fall asleep"
+        before = _generation()
+        out[:] = np.nan
+        r = call()
+        assert r.dtype == np.float32 and r.shape == (n,)
+        np.testing.assert_array_equal(r, want[name])
+        assert _generation() == before, f"{name}: a job woke the workers"
+        assert _wait_for_sleepers(False), f"{name}: the serial run did not wake the workers"
+        ran = False
+        for _ in range(20):  # (a worker may fall asleep again before the next call)
+            assert _wait_for_sleepers(False)
+            before = _generation()
+            np.testing.assert_array_equal(call(), want[name])
+            if _generation() == before + 1:
+                ran = True
+                break
+        assert ran, f"{name}: awake workers got no job"
+
+
+@needs_two
+def test_the_serial_run_while_asleep_can_be_turned_off(monkeypatch):
+    from jitops import dispatch
+
+    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
+    dispatch.clear()
+    n = 2 * _config.PARALLEL_THRESHOLD
+    x = np.ones(n, np.float32)
+    out = np.empty_like(x)
+    for _ in range(3):
+        jitops.add(x, x, out=out)
+    assert _wait_for_sleepers(True)
+    before = _generation()
+    jitops.add(x, x, out=out)
+    assert _generation() == before + 1
+    np.testing.assert_array_equal(out, 2 * x)
+    dispatch.clear()
+
+
+def test_a_forked_child_repeats_a_call_remembered_while_the_parents_pool_slept():
+    """The child's repeat of a parallel call its parent remembered with workers asleep runs
+    on the child's own pool, right (the parent's control block, copied, is not the child's)."""
+    code = """
+        import os, time, numpy as np, jitops
+        from jitops.cpu import pool
+        x = np.arange(1 << 17, dtype=np.float32)
+        for _ in range(3):
+            jitops.add(x, x)
+        p = pool.get()
+        deadline = time.monotonic() + 20
+        while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() < deadline:
+            time.sleep(0.001)
+        pid = os.fork()
+        if pid == 0:
+            ok = all(np.array_equal(jitops.add(x, x), x + x) for _ in range(20))
+            ok = ok and pool.get() is not p
+            os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+        print("ok" if os.waitstatus_to_exitcode(status) == 0 else "child failed")
+    """
+    res = _child(code)
+    assert res.returncode == 0 and res.stdout.split() == ["ok"], res.stderr[-2000:]

@@ -57,6 +57,14 @@ def env_flag(name: str, default: bool) -> bool:
 #: more than the whole job (PyTorch's GRAIN_SIZE is 32768; measured here, see benchmarks/).
 PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 
+#: A repeated parallel call of fewer output elements than this runs serially where the
+#: thread pool's workers are asleep (the process was idle for milliseconds), and wakes them
+#: for the next call (jitops.dispatch). Measured after 2 ms asleep on the 2-core VM, float32
+#: ``x - y`` into ``out=``: a woken worker took part in 3-5% of 1e5-element jobs, and the
+#: parallel launch's cold path made the call 0.57-0.70x NumPy's speed, where the serial
+#: compiled entry ran at 1.2x; 0 turns this off.
+ASLEEP_SERIAL_MAX = env_int("JITOPS_ASLEEP_SERIAL_MAX", 1 << 18)
+
 #: Inner-loop block: one parallel task walks at most this many elements of a row, or packs
 #: whole short rows up to about this many elements. Big enough to amortise the per-task row
 #: setup (measured: 16384 cost 5-10% on broadcasts against 65536), small enough that every

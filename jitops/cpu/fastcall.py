@@ -34,7 +34,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..core.pipeline import byte_extent
-from . import cache, hooks, kernels, registries
+from . import cache, hooks, kernels, pool, registries
 from .jit import c_entry
 from .spec import address_of, as_pointer
 
@@ -48,10 +48,12 @@ SELF_DATA_OFFSET = 16
 #: called (``Py_IncRef``, ``Py_DecRef``, ``PyTuple_Pack``, ``PyErr_Clear``,
 #: ``PyEval_SaveThread`` and ``PyEval_RestoreThread``, or 0 where the GIL is kept, NumPy's
 #: ``PyArray_NewFromDescr``, or 0 where a new result is not made here); the new result's
-#: type, dtype and rank; the Python int objects :func:`_repeat` returns, one per status
+#: type, dtype and rank; the thread pool's control block whose sleeping workers the entry
+#: wakes before it computes, or 0 (jitops.dispatch: a parallel repeat run serially while
+#: they sleep); the Python int objects :func:`_repeat` returns, one per status
 #: 0 .. N_STATUS - 1; the new result's shape.
 (B_TASK, B_META, B_INCREF, B_DECREF, B_PACK, B_CLEAR, B_SAVE, B_RESTORE, B_NEW, B_TYPE,
- B_DESCR, B_ND, B_STATUS) = range(13)
+ B_DESCR, B_ND, B_WAKE, B_STATUS) = range(14)
 N_STATUS = 64
 B_DIMS = B_STATUS + N_STATUS
 #: The statuses as objects: ``int`` 0 .. 63 (CPython's small ints, kept alive here anyway).
@@ -115,6 +117,8 @@ def _repeat(self, args, nargs):
             made = target = _call8(block[B_NEW], block[B_TYPE], block[B_DESCR], block[B_ND],
                                    address_of(block) + 8 * B_DIMS, 0, 0, 0, 0)
         if target != 0:
+            if block[B_WAKE] != 0:
+                pool.futex_wake(block[B_WAKE])
             saved = _call0(block[B_SAVE]) if block[B_SAVE] != 0 else 0
             status = _serial(block[B_TASK], target, x, y, block[B_META])
             if saved != 0:
@@ -214,9 +218,9 @@ def _functions() -> tuple[int, ...]:
     return tuple(_FUNCTIONS)
 
 
-def _block(task: int, meta: np.ndarray, size: int, result) -> np.ndarray:
+def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0) -> np.ndarray:
     """The words :func:`_repeat` reads (B_*). ``result``: (dtype, shape) of the C-ordered new
-    result the entry makes, or None."""
+    result the entry makes, or None; ``wake``: B_WAKE."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
@@ -224,19 +228,20 @@ def _block(task: int, meta: np.ndarray, size: int, result) -> np.ndarray:
     if result is None:
         new = 0
     return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, clear,
-                     save, restore, new, id(np.ndarray), id(dtype), len(shape),
+                     save, restore, new, id(np.ndarray), id(dtype), len(shape), wake,
                      *map(id, STATUSES), *shape], np.int64)
 
 
-def bind(task: int, meta: np.ndarray, size: int, result=None):
+def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0):
     """The compiled entry for the serial task ``task`` and ``meta`` (which must carry header
     checks and outlive it; ``size`` elements): ``f(out, x, y) -> status``, and with ``result``
     = (dtype, shape) also ``f(x, y)`` making a C-ordered result of them (see :func:`_repeat`;
-    ``dtype`` must outlive ``f``). None where the hook is off or not yet verified
-    (:func:`verify`)."""
+    ``dtype`` must outlive ``f``); with ``wake`` (a pool's control block, which outlives
+    every entry) the entry wakes that pool's sleeping workers first. None where the hook is
+    off or not yet verified (:func:`verify`)."""
     if not _VERIFIED or not hooks.ok("fastcall"):
         return None
-    return _new(_block(task, meta, size, result))
+    return _new(_block(task, meta, size, result, wake))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls")

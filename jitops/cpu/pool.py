@@ -302,7 +302,9 @@ def _yield(ctl):
 
 
 @njit(**ENTRY)
-def _futex_wake(ctl):
+def futex_wake(ctl):
+    """Wake every worker asleep on the job word of the pool whose control block is ``ctl``:
+    one with no job to take spins and yields again (:func:`_worker`), awake for the next."""
     addr = ctl + C_SEQ * 8
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
 
@@ -663,7 +665,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
         store(ctl, C_INFO, info)  # tasks can be claimed from here on
         exchange(ctl, C_SEQ, (load(ctl, C_SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
         if workers > 0 and load(ctl, C_SLEEPERS) > 0:
-            _futex_wake(ctl)
+            futex_wake(ctl)
         if load(ctl, C_JOIN_WAITERS) > 0:  # a thread still waiting for the last job
             _wake_joiners(ctl)
         store(ctl, C_BY_CALLER, _claim_and_run(ctl, _CALLER, info))
@@ -877,7 +879,7 @@ def _stack_size(size: int):
 
 
 def _wake_all(ctl: int) -> None:
-    """What :func:`_futex_wake` does, from Python (through libc, nothing to compile)."""
+    """What :func:`futex_wake` does, from Python (through libc, nothing to compile)."""
     libc = ctypes.CDLL(None, use_errno=True)
     libc.syscall(ctypes.c_long(_FUTEX_NR), ctypes.c_void_p(ctl + C_SEQ * 8),
                  ctypes.c_long(_FUTEX_WAKE_PRIVATE), ctypes.c_long(1 << 30))
