@@ -27,12 +27,13 @@ from __future__ import annotations
 
 import functools
 import math
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .core import protocols, tensors
-from .core.config import ASLEEP_SERIAL_MAX
+from .core.config import ASLEEP_SERIAL_MAX, ASLEEP_WAKE_WINDOW_S
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
@@ -51,6 +52,8 @@ _num_threads = parallel.num_threads
 _launch = parallel.launch
 _STAMP = parallel.STAMP
 _SLEEPERS, _OMP = _pools.C_SLEEPERS, _pools.C_OMP
+_WAKE_WINDOW = ASLEEP_WAKE_WINDOW_S
+_clock = time.perf_counter
 _drivers, _KERNELS, _SIG = cpu.drivers, cpu.kernels.KERNELS, cpu.SIG
 #: The kernels read out's writeable flag themselves (jitops.cpu.kernels.FLAGS_OFFSET): a
 #: repeat need not ask for ``out.flags`` (a new flags object per call).
@@ -101,12 +104,15 @@ def public_op(op: str, fname: str):
                 q = r.quiet
                 if q is not None and q[_SLEEPERS] and not q[_OMP]:
                     # a parallel repeat while the workers sleep (the process was idle):
-                    # serially, waking them for the next call (_Repeat); the kernel checks
-                    # the objects, and a thread count other than the repeat's changes nothing
+                    # serially, waking them where calls come close together (_Repeat); the
+                    # kernel checks the objects, and the thread count changes nothing here
+                    now = _clock()
+                    serial = r.waking if now - r.last < _WAKE_WINDOW else r.serial
+                    r.last = now
                     if out is not None:
-                        status, target = r.serial(out, x, y), out
+                        status, target = serial(out, x, y), out
                     else:
-                        status, target = _again(r, r.serial, x, y, out)
+                        status, target = _again(r, serial, x, y, out)
                 else:
                     status, target = _repeat(memo, r, x, y, out)
             elif out is not None:  # serial: the compiled entry, handed the objects
@@ -222,9 +228,11 @@ class _Repeat:
     launches with arguments made once (``args``, with ``out=``), and only while the calling
     thread's count is still ``threads`` (``stamp``: jitops.cpu.parallel.STAMP when it was
     read). While the pool's workers sleep, a parallel repeat of fewer than
-    ``config.ASLEEP_SERIAL_MAX`` elements runs ``serial``, a compiled entry that wakes them
-    and runs the tasks on the calling thread (``quiet``: a view of the pool's control block,
-    where its sleepers are counted; None in a forked child, whose pool is not that one).
+    ``config.ASLEEP_SERIAL_MAX`` elements runs on the calling thread through a compiled
+    entry: ``serial``, or ``waking``, which wakes them first, where the same repeat ran
+    less than ``config.ASLEEP_WAKE_WINDOW_S`` before (``last``). ``quiet`` is a view of the
+    pool's control block, where its sleepers are counted (None in a forked child, whose pool
+    is not that one).
 
     A parallel launch run on one thread (``threads(1)``, ``set_num_threads(1)``) is
     remembered as a serial one that ``checks_count``: its compiled entry is ``counted``, not
@@ -234,7 +242,7 @@ class _Repeat:
 
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
                  "headers", "meta", "threads", "ids", "stamp", "drivers", "args", "weak",
-                 "checks_count", "counted", "serial", "quiet")
+                 "checks_count", "counted", "serial", "waking", "last", "quiet")
 
     def __init__(self, broadcast, axis, act, out, launch, headers, threads, ids, stamp,
                  weak=None):
@@ -255,12 +263,16 @@ class _Repeat:
                 self.counted = native
             else:
                 self.native = native
-        self.serial = self.quiet = None
-        if threads > 1 and headers[3] is not None:  # (see _asleep_entries)
-            serial = headers[4] if self.new and headers[4] is not None else headers[3]
-            self.makes = serial is headers[4]
-            # handed the objects as they come: a weak scalar as the 0-d array it became
-            self.serial = serial if weak is None else _with_weak(serial, self.makes, *weak)
+        self.serial = self.waking = self.quiet = None
+        self.last = -math.inf  # (the first call after an idle spell wakes nobody)
+        if threads > 1 and headers[3] is not None and headers[6] is not None:
+            # (see _asleep_entries) handed the objects as they come: a weak scalar as the 0-d
+            # array it became
+            makes = self.new and headers[4] is not None
+            self.makes = makes
+            self.serial, self.waking = (e if weak is None else _with_weak(e, makes, *weak)
+                                        for e in (headers[4] if makes else headers[3],
+                                                  headers[7] if makes else headers[6]))
             self.quiet = memoryview(_pools.get().words.view(np.uint8)).cast("q")
         self.threads, self.ids = threads, ids
         #: (a weak Python scalar operand, the 0-d array it became, whether it is x) or None
@@ -419,20 +431,22 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
 
 def _asleep_entries(launch, target, x, y, out, size: int) -> tuple:
     """For a parallel repeat: the serial compiled entries it runs while the pool's workers
-    sleep (:class:`_Repeat`), which wake them first -- ``f(out, x, y)`` and, where the launch
-    makes C-ordered results, ``f(x, y)`` -- and the one-thread meta with header checks they
-    read (kept with them); Nones where the call has ``config.ASLEEP_SERIAL_MAX`` elements or
-    more, jitops' pool does not run, or the compiled entry is not available."""
+    sleep (:class:`_Repeat`) -- ``f(out, x, y)`` and, where the launch makes C-ordered
+    results, ``f(x, y)`` --, the one-thread meta with header checks they read (kept with
+    them), and the same two entries waking the workers first; Nones where the call has
+    ``config.ASLEEP_SERIAL_MAX`` elements or more, jitops' pool does not run, or the compiled
+    entry is not available."""
     if size >= ASLEEP_SERIAL_MAX or not _pools.AVAILABLE:
-        return None, None, None
+        return (None,) * 5
     meta = cpu.header_checks(launch, (target, x, y), 1)
     if meta is None:
-        return None, None, None
+        return (None,) * 5
     fastcall.verify(launch, target, x, y)
-    ctl = _pools.get().ctl
-    return (fastcall.bind(launch.task, meta, size, None, ctl),
-            fastcall.bind(launch.task, meta, size, (target.dtype, target.shape), ctl)
-            if out is None and launch.makes_c_order() else None, meta)
+    makes = (target.dtype, target.shape) if out is None and launch.makes_c_order() else None
+    serial, waking = ((fastcall.bind(launch.task, meta, size, None, wake),
+                       fastcall.bind(launch.task, meta, size, makes, wake) if makes else None)
+                      for wake in (0, _pools.get().ctl))
+    return (*serial, meta, *waking)
 
 
 def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out=None,

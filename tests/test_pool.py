@@ -482,10 +482,13 @@ def _wait_for_sleepers(want_all: bool, timeout: float = 20.0) -> bool:
 
 
 @needs_two
-def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them():
+def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them_in_a_burst(
+        monkeypatch):
     """A parallel repeat below ``config.ASLEEP_SERIAL_MAX`` elements, called after the
-    workers fell asleep, runs on the calling thread (no job) and wakes them: a repeat called
-    while they are awake is a parallel job again. out=, a new result, a weak scalar."""
+    workers fell asleep, runs on the calling thread (no job). Calls further apart than
+    ``config.ASLEEP_WAKE_WINDOW_S`` leave them asleep; the second of two closer together
+    wakes them, and a repeat called while they are awake is a parallel job again. out=, a
+    new result, a weak scalar."""
     from jitops import dispatch
 
     n = 2 * _config.PARALLEL_THRESHOLD
@@ -498,17 +501,27 @@ def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them():
              "new": lambda: jitops.subtract(x, y),
              "weak": lambda: jitops.subtract(x, 3.0)}
     want = {"out=": x - y, "new": x - y, "weak": x - np.float32(3.0)}
+    p = pool.get()
+
+    def serially(name):
+        before = _generation()
+        out[:] = np.nan
+        r = calls[name]()
+        assert r.dtype == np.float32 and r.shape == (n,)
+        np.testing.assert_array_equal(r, want[name])
+        assert _generation() == before, f"{name}: a job woke the workers"
+
     for name, call in calls.items():
         for _ in range(3):  # seen, then remembered
             call()
         assert _wait_for_sleepers(True), "the workers did not fall asleep"
-        before = _generation()
-        out[:] = np.nan
-        r = call()
-        assert r.dtype == np.float32 and r.shape == (n,)
-        np.testing.assert_array_equal(r, want[name])
-        assert _generation() == before, f"{name}: a job woke the workers"
-        assert _wait_for_sleepers(False), f"{name}: the serial run did not wake the workers"
+        monkeypatch.setattr(dispatch, "_WAKE_WINDOW", 0.0)  # every call "far apart"
+        for _ in range(3):
+            serially(name)
+        assert pool.word(p.ctl, pool.C_SLEEPERS) == len(p.threads), f"{name}: woken"
+        monkeypatch.setattr(dispatch, "_WAKE_WINDOW", 1e9)  # every call "close together"
+        serially(name)
+        assert _wait_for_sleepers(False), f"{name}: a burst did not wake the workers"
         ran = False
         for _ in range(20):  # (a worker may fall asleep again before the next call)
             assert _wait_for_sleepers(False)

@@ -64,6 +64,13 @@ PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 #: parallel launch's cold path made the call 0.57-0.70x NumPy's speed, where the serial
 #: compiled entry ran at 1.2x; 0 turns this off.
 ASLEEP_SERIAL_MAX = env_int("JITOPS_ASLEEP_SERIAL_MAX", 1 << 18)
+#: Such a call wakes the workers only where the same call ran less than this long before
+#: (seconds): a burst of calls then gets them back, and calls further apart than the workers
+#: stay awake after a job (a few milliseconds of spinning and yielding) run serially and
+#: leave them asleep. Measured with 4 ms between calls (three alternated runs): 0.97-1.03x
+#: NumPy's speed at 1e5 and 2.5e5 elements, where waking them each time gave 0.72-0.83x,
+#: and each wake cost the workers that spell of CPU.
+ASLEEP_WAKE_WINDOW_S = 0.002
 
 #: Inner-loop block: one parallel task walks at most this many elements of a row, or packs
 #: whole short rows up to about this many elements. Big enough to amortise the per-task row
