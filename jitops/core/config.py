@@ -58,11 +58,11 @@ def env_flag(name: str, default: bool) -> bool:
 PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 
 #: A repeated parallel call of fewer output elements than this runs serially where the
-#: thread pool's workers are asleep (the process was idle for milliseconds), and wakes them
-#: for the next call (jitops.dispatch). Measured after 2 ms asleep on the 2-core VM, float32
-#: ``x - y`` into ``out=``: a woken worker took part in 3-5% of 1e5-element jobs, and the
-#: parallel launch's cold path made the call 0.57-0.70x NumPy's speed, where the serial
-#: compiled entry ran at 1.2x; 0 turns this off.
+#: thread pool's workers are asleep (the process was idle for milliseconds; whether it wakes
+#: them: ASLEEP_WAKE_WINDOW_S; jitops.dispatch). Measured after 2 ms asleep on the 2-core
+#: VM, float32 ``x - y`` into ``out=``: a woken worker took part in 3-5% of 1e5-element
+#: jobs, and the parallel launch's cold path made the call 0.57-0.70x NumPy's speed, where
+#: the serial compiled entry ran at 1.2x; 0 turns this off.
 ASLEEP_SERIAL_MAX = env_int("JITOPS_ASLEEP_SERIAL_MAX", 1 << 18)
 #: Such a call wakes the workers only where the same call ran less than this long before
 #: (seconds): a burst of calls then gets them back, and calls further apart than the workers
