@@ -250,30 +250,26 @@ class _Repeat:
         self.new = out is None
         self.launch, self.headers, self.meta = launch, headers, headers[1]
         self.new_output = launch.output_maker()
-        self.native = self.counted = None
-        self.makes = False  # the native entry makes the new result (f(x, y))
+        # the compiled entries (see _remember): headers[3] takes out=, headers[4] makes the
+        # new result; a parallel repeat's waking pair is headers[6:8] (_asleep_entries)
+        self.makes = self.new and headers[4] is not None
+
+        def entry(i):  # handed the objects as they come: a weak scalar as its 0-d array
+            e = headers[i + 1] if self.makes else headers[i]
+            return e if e is None or weak is None else _with_weak(e, self.makes, *weak)
+
+        self.native = self.counted = self.serial = self.waking = self.quiet = None
         #: a parallel launch remembered on one thread: taken only while the count is one
         self.checks_count = threads == 1 and launch.parallel
         if threads == 1:
-            native = headers[4] if self.new and headers[4] is not None else headers[3]
-            self.makes = native is not None and native is headers[4]
-            if weak is not None and native is not None:
-                native = _with_weak(native, self.makes, *weak)
             if self.checks_count:
-                self.counted = native
+                self.counted = entry(3)
             else:
-                self.native = native
-        self.serial = self.waking = self.quiet = None
-        self.last = -math.inf  # (the first call after an idle spell wakes nobody)
-        if threads > 1 and headers[3] is not None and headers[6] is not None:
-            # (see _asleep_entries) handed the objects as they come: a weak scalar as the 0-d
-            # array it became
-            makes = self.new and headers[4] is not None
-            self.makes = makes
-            self.serial, self.waking = (e if weak is None else _with_weak(e, makes, *weak)
-                                        for e in (headers[4] if makes else headers[3],
-                                                  headers[7] if makes else headers[6]))
+                self.native = entry(3)
+        elif headers[3] is not None:  # runs serially while the workers sleep
+            self.serial, self.waking = entry(3), entry(6)
             self.quiet = memoryview(_pools.get().words.view(np.uint8)).cast("q")
+        self.last = -math.inf  # (the first call after an idle spell wakes nobody)
         self.threads, self.ids = threads, ids
         #: (a weak Python scalar operand, the 0-d array it became, whether it is x) or None
         self.weak = weak
