@@ -263,8 +263,10 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
     worker per core) are remembered: their repeats skip the keyed path and the launch's
     Python (here made to fail if reached), any arrays of that kind, the weak scalar too. Once
     the count is raised, the same repeat runs parallel jobs again."""
-    from jitops.cpu import backend, pool
+    from jitops.cpu import backend, hooks, pool
 
+    if not hooks.ok("fastcall"):
+        pytest.skip("the fastcall hook is off here (tests/test_hooks.py covers the public path)")
     x = np.linspace(-1, 1, N).astype(np.float32)
     y = x[::-1].copy()
     out = np.empty_like(x)
