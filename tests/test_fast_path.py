@@ -374,6 +374,8 @@ def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, mo
         pytest.skip("needs two threads and verified ndarray headers")
     n = 2 * _config.PARALLEL_THRESHOLD
     x, y, out = rng.random(n), rng.random(n), np.empty(n)
+    # launches are counted below: never the serial run while the workers sleep (test_pool)
+    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
     dispatch.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
@@ -427,6 +429,8 @@ def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
     n = 2 * _config.PARALLEL_THRESHOLD
     x, y, out = rng.random(n), rng.random(n), np.empty(n)
     count = jitops.get_num_threads()
+    # launches are counted below: never the serial run while the workers sleep (test_pool)
+    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
     dispatch.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
