@@ -178,7 +178,7 @@ def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
     np.testing.assert_array_equal(jitops.multiply(np.ascontiguousarray(x), y, out=out_t), x * y)
 
 
-@pytest.mark.parametrize("tile", [(1, 1), (3, 5), (64, 8), (8, 512), (5000, 5000)])
+@pytest.mark.parametrize("tile", [(1, 1), (3, 5), (12, 40), (64, 8), (8, 512), (5000, 5000)])
 def test_tiled_any_tile_shape(tile, rng, monkeypatch):
     """Any tile shape (one larger than a task's stack holds is cut down to fit), with one
     input staged from across the rows, both staged, a reversed one, and a transposed out."""
@@ -539,6 +539,120 @@ def test_tiled_staging_every_element_width(dtype, rng):
         np.testing.assert_array_equal(jitops.add(xt, yv), np.add(xt, yv))
         out = np.zeros(xt.shape, x.dtype)
         np.testing.assert_array_equal(jitops.multiply(yv, xt, out=out), np.multiply(yv, xt))
+
+
+def _at(rng, shape, dtype, skip):
+    """A C-ordered array of ``shape`` whose data start ``skip`` elements past a 64-byte line."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape))
+    raw = np.empty(n * dt.itemsize + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + skip * dt.itemsize
+    a = raw[start:start + n * dt.itemsize].view(dt).reshape(shape)
+    a[...] = (rng.standard_normal(shape) * 9).astype(dt)
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
+def test_tiles_move_onto_cache_lines_at_every_offset(dtype, rng):
+    """Tiled tasks move their tile edges onto out's and the staged input's cache lines
+    (kernels.tile_shifts): the first band of tiles is short and a spare one may be empty.
+    Every element is still written once, for data starting anywhere in a line, in tiles
+    serial and parallel, for the built-ins and a user op."""
+    per_line = 64 // np.dtype(dtype).itemsize
+    shapes = [(70, 600), (300, 1100)]  # past the 8 x 512 tile both ways; serial, parallel
+    for m, n in shapes:
+        for k in range(0, per_line, max(1, per_line // 8)):
+            x = _at(rng, (n, m), dtype, k)  # x.T is m x n, unit-stride down the rows
+            y = _at(rng, (m, n), dtype, (k + 3) % per_line)
+            out = _at(rng, (m, n), dtype, (k + 5) % per_line)
+            np.testing.assert_array_equal(jitops.subtract(x.T, y, out=out), x.T - y)
+            np.testing.assert_array_equal(jitops.subtract(y, x.T), y - x.T)
+            out_t = _at(rng, (n, m), dtype, k).T  # a transposed out: its rows run down
+            np.testing.assert_array_equal(jitops.add(y, x.T, out=out_t), y + x.T)
+            z = _at(rng, (n, m), dtype, (k + 1) % per_line)
+            np.testing.assert_array_equal(_fma(y, x.T, z.T), y * x.T + z.T)
+
+
+@jitops.elementwise
+def _fma(a, b, c):
+    return a * b + c
+
+
+def test_task_span_covers_every_element_once_wherever_the_tile_edges_move():
+    """The tiled decode (kernels.task_span) over task_geometry's tasks: with the edges moved
+    by any (si, sj) below the tile, every element of the plan lies in exactly one task's tile
+    and every band after the first starts ``tile - s`` into the dim; the spare band of tiles
+    is empty where nothing moved."""
+    from numba import njit
+
+    @njit(cache=False)
+    def cover(nt, nti, ntj, ti, tj, di, dj, si, sj):
+        seen = np.zeros((di, dj), np.int64)
+        empty = 0
+        for t in range(nt):
+            r, i0, j0, nrows, n = _cpu.task_span(t, True, nti, ntj, ti, tj, di, dj, 1, 1, 1, 1,
+                                                 si, sj)
+            if nrows == 0:
+                empty += 1
+            if (i0 > 0 and (i0 + si) % ti) or (j0 > 0 and (j0 + sj) % tj):
+                return seen, -1
+            seen[i0:i0 + nrows, j0:j0 + n] += 1
+        return seen, empty
+
+    for di, dj, tile in [(70, 600, (8, 512)), (64, 1024, (8, 512)), (65, 130, (4, 16)),
+                         (64, 72, (8, 8)), (100, 70, (3, 2)), (80, 90, (128, 600))]:
+        plan = make_plan(((di, dj), (di, dj)), ((1, di), (dj, 1)), "numpy")
+        assert plan.variant == TILED
+        geometry = _cpu.task_geometry(plan, tile=tile, threads=1)
+        ti, tj, nti, ntj, shift = geometry[5:]
+        assert shift == (di > ti) | (dj > tj) << 1
+        assert (nti, ntj) == (-(-di // ti) + (shift & 1), -(-dj // tj) + (shift >> 1))
+        for si in range(ti if shift & 1 else 1):
+            for sj in {0, 1, tj // 2, tj - 1} if shift & 2 else {0}:
+                seen, empty = cover(geometry[1], nti, ntj, ti, tj, di, dj, si, sj)
+                assert empty >= 0, (di, dj, tile, si, sj)
+                assert (seen == 1).all(), (di, dj, tile, si, sj)
+                if si == sj == 0:
+                    assert empty == geometry[1] - (-(-di // ti)) * (-(-dj // tj))
+
+
+@pytest.mark.parametrize("dtype", ["int8", "float32", "complex128"])
+def test_tile_shifts_put_out_and_the_staged_input_on_a_line(dtype):
+    """kernels.tile_shifts, from the data pointers: ``sj`` columns take out's row start to a
+    64-byte line, ``si`` rows the staged input's unit-stride runs (x's, else y's), each
+    modulo its tile; nothing moves where meta's bits say so, or where out's rows are not
+    unit-stride, or no input runs down the rows."""
+    from numba import njit, types
+
+    from jitops.cpu.spec import KernelSpec, as_pointer, pointers
+
+    @njit(cache=False)
+    def shifts(spec, pmeta, po, px, py, so, sx0, sx, sy0, sy):
+        o, x, y = pointers(spec, po, px, py)
+        return _cpu.tile_shifts(spec, as_pointer(pmeta, types.int64), o, x, y, so, sx0, sx,
+                                sy0, sy)
+
+    dt = np.dtype(dtype)
+    size = dt.itemsize
+    meta = np.zeros(_cpu.HDR, np.int64)
+    meta[_cpu.M_TILE_I], meta[_cpu.M_TILE_J], meta[_cpu.M_SHIFT] = 8, 512, 3
+    meta[_cpu.M_OFF_X] = 2
+    tiled = KernelSpec("subtract", None, dt, dt, dt, dt, False, True)
+    flat = KernelSpec("subtract", None, dt, dt, dt, dt, False, False)
+    base = 1 << 20  # a line boundary
+    for skip in range(0, 64, size):
+        o, x, y = base + skip, base + 64 + (skip * 3) % 64, base + 128 + skip
+        to_line = (-(o // size)) % (64 // size)  # elements from out's start to a line
+        x_line = (-(x // size + 2)) % (64 // size)
+        y_line = (-(y // size)) % (64 // size)
+        m = _addr(meta)
+        assert shifts(tiled, m, o, x, y, 1, 1, 4096, 0, 1) == (x_line % 8, to_line % 512)
+        assert shifts(tiled, m, o, x, y, 1, 4096, 1, 1, 4096) == (y_line % 8, to_line % 512)
+        assert shifts(tiled, m, o, x, y, 4096, 1, 1, 1, 1) == (0, 0)  # nothing runs down
+        assert shifts(flat, m, o, x, y, 1, 1, 4096, 0, 1) == (0, 0)
+        meta[_cpu.M_SHIFT] = 2
+        assert shifts(tiled, m, o, x, y, 1, 1, 4096, 0, 1) == (0, to_line % 512)
+        meta[_cpu.M_SHIFT] = 3
 
 
 def test_only_tiled_tasks_prefetch_and_the_next_tile_rows_are_hinted():

@@ -90,6 +90,11 @@ BLOCK_MIN = 4096
 #: ``jitops.cpu.kernels.TILE_MAX`` elements (a staged tile lives on the task's stack).
 TILE = (env_int("JITOPS_TILE_I", 8, 1), env_int("JITOPS_TILE_J", 512, 1))
 
+#: Whether tiled tasks move their tile edges onto the operands' cache lines (1, the default;
+#: 0 keeps the grid at the origin). NumPy's large arrays start 16 bytes into a page, so a
+#: transposed input's 8-element runs straddle lines and out's rows begin mid-line.
+TILE_ALIGN = env_int("JITOPS_TILE_ALIGN", 1, 0)
+
 
 def _last_level_cache_bytes(default: int = 32 << 20) -> int:
     """The largest CPU cache's size (Linux sysfs), else ``default``."""

@@ -37,7 +37,7 @@ built-in kernels get them: the array object's address where the kernel reads the
 from the object (kernels.DATA_OFFSET), else the data address. ``meta``::
 
     [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
-     data offset, flags offset, check overlap,
+     data offset, flags offset, check overlap, tile shift bits,
      start offsets (nops), shape (nd), strides (nops x nd, out first),
      per operand: alignment, byte extent lo, hi, same view as out (nops x 4)]
 
@@ -96,6 +96,7 @@ from .kernels import (
     emit_chunked_stores,
     emit_odometer_step,
     emit_task_span,
+    emit_tile_shifts,
     emit_unravel,
     finish,
     finish_job,
@@ -127,8 +128,8 @@ STAGED_INPUTS = 4
 # meta header (int64)
 U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
 U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
-U_DATA_OFF, U_FLAGS_OFF, U_CHECK = 12, 13, 14
-U_HDR = 15
+U_DATA_OFF, U_FLAGS_OFF, U_CHECK, U_SHIFT = 12, 13, 14, 15
+U_HDR = 16
 
 
 class UserSpecType(types.Dummy):
@@ -347,13 +348,15 @@ def _walker(builder, meta, nops):
     return e, nd, stride
 
 
-def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops):
+def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, ptrs, sizes, n_staged):
     """LLVM IR: set ``offs`` to every operand's offset at the start of task ``t`` and the
     odometer ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
 
     The same tasks as the built-in kernels, decoded by the same IR
     (:func:`jitops.cpu.kernels.emit_task_span`), for ``n_ops`` operands (the loops over them
-    unrolled here)."""
+    unrolled here); tiled, with the tile edges moved onto the cache lines of out and of the
+    first of the ``n_staged`` inputs staged from unit-stride runs (``ptrs``, data pointers
+    with their element ``sizes``, out first: :func:`jitops.cpu.kernels.tile_shifts`)."""
     e, nd, stride = _walker(b, meta_p, n_ops)
     word, cmp = e.word, e.cmp
     sh = U_HDR + n_ops
@@ -361,11 +364,16 @@ def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops):
     dim_j = word(b.add(_c(sh - 1), nd))
     two = b.select(cmp(">", nd, 2), b.sub(nd, _c(2)), _c(0))
     dim_i = word(b.add(_c(sh), two))
+    last = b.sub(nd, _c(1))
+    si, sj = emit_tile_shifts(
+        b, b.select(tiled, word(U_SHIFT), _c(0)), word(U_TILE_I), word(U_TILE_J),
+        (ptrs[0], word(U_HDR), sizes[0], stride(0, last)),
+        [(ptrs[k], word(U_HDR + k), sizes[k], stride(k, two), stride(k, last))
+         for k in range(1, n_staged + 1)])
     span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
                           word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
-                          word(U_ROWS_PER_TASK), word(U_ROWS))
+                          word(U_ROWS_PER_TASK), word(U_ROWS), si, sj)
     r, i0, j0, nrows, n = span
-    last = b.sub(nd, _c(1))
     for k in range(n_ops):
         at = b.gep(offs_p, [_c(k)])
         b.store(b.add(word(U_HDR + k), b.mul(j0, stride(k, last))), at)
@@ -509,7 +517,8 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                          for k in range(1, n_staged + 1)]
         offs = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
         idx = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
-        nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops)
+        nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops, p,
+                                         [context.get_abi_sizeof(d) for d in data], n_staged)
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -735,7 +744,7 @@ def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=No
     must be checked, else None. ``data_offset`` defaults to :data:`~jitops.cpu.kernels.
     DATA_OFFSET` (pass -1 to hand the kernel data addresses).
     """
-    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj = task_geometry(
+    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj, shift = task_geometry(
         plan, threads=threads)
     shape = plan.iter_shape
     nops = len(plan.iter_strides)
@@ -745,7 +754,7 @@ def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=No
     off = DATA_OFFSET if data_offset is None else data_offset
     head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
             ti, tj, nti, ntj, nops, off, FLAGS_OFFSET if off >= 0 else -1,
-            int(extents is not None)]
+            int(extents is not None), shift]
     assert len(head) == U_HDR
     checks = []
     for k in range(nops):
