@@ -68,7 +68,8 @@ def steps(ops: Sequence[str] = OPS, dtypes: Sequence[str] = DTYPES,
                 label = f"{name} {dt.name}" + (f" act={a}" if a else "")
                 out.append((label, lambda f=fn, x=x, y=y, a=a: f(x, y, act=a)))
     # the parallel driver, on the first signature warmed (no extra task to compile)
-    big, first = np.ones(config.PARALLEL_THRESHOLD, dts[0]), getattr(jitops, ops[0])
+    big = np.ones(config.parallel_size(3 * dts[0].itemsize), dts[0])
+    first = getattr(jitops, ops[0])
     out.append(("parallel driver", lambda: first(big, big)))
     user = jitops.elementwise(_user_op)
     uargs = [np.ones(config.PARALLEL_THRESHOLD, np.float32)] * 3

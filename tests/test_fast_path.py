@@ -414,6 +414,57 @@ def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, mo
         np.testing.assert_array_equal(jitops.subtract(a, b[:64]), a - b[None, :64])
 
 
+@jitops.elementwise
+def _mul_add(a, b, c):
+    return a * b + c
+
+
+def test_small_elements_need_more_of_them_to_run_parallel(rng, monkeypatch):
+    """A call runs as a parallel job from ``PARALLEL_THRESHOLD`` elements and as many times
+    ``PARALLEL_BYTES`` bytes moved (its output and the inputs it reads in full:
+    config.parallel_size): one element fewer runs serially, for the built-ins (a scalar
+    operand moves nothing) and a user op, first call and repeats alike."""
+    if jitops.get_num_threads() < 2:
+        pytest.skip("needs two threads")
+    seen = []
+    real = backend.parallel.launch
+    spy = lambda *a: seen.append(a) or real(*a)  # noqa: E731
+    monkeypatch.setattr(backend.parallel, "launch", spy)  # the keyed path's
+    monkeypatch.setattr(dispatch, "_launch", spy)  # the memo's
+    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)  # no serial run while asleep
+    monkeypatch.setattr(_config, "PARALLEL_BYTES", 8)
+    dispatch.clear()
+    backend.clear_launches()
+    t = _config.PARALLEL_THRESHOLD
+    cases = [("int8", True, 4 * t), ("int8", False, -(-8 * t // 3)),
+             ("int16", False, -(-8 * t // 6)), ("float32", True, t), ("float32", False, t),
+             ("float64", True, t)]
+    for dtype, scalar, size in cases:
+        for n, parallel in ((size - 1, False), (size, True)):
+            x = rng.integers(-9, 9, n).astype(dtype)
+            y = np.asarray(3, dtype) if scalar else rng.integers(-9, 9, n).astype(dtype)
+            out = np.empty(n, dtype)
+            for _ in range(3):
+                seen.clear()
+                np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
+                assert bool(seen) == parallel, (dtype, scalar, n)
+    for n, parallel in ((t - 1, False), (t, True)):  # three int16 inputs, an int16 result
+        a, b, c = (rng.integers(-9, 9, n).astype(np.int16) for _ in range(3))
+        for _ in range(2):
+            seen.clear()
+            np.testing.assert_array_equal(_mul_add(a, b, c), a * b + c)
+            assert bool(seen) == parallel, n
+    size = -(-8 * t // 3)  # int8: two inputs read in full, a scalar, the result
+    for n, parallel in ((size - 1, False), (size, True)):
+        a, b = rng.integers(-9, 9, n).astype(np.int8), np.int8(3)
+        for _ in range(2):
+            seen.clear()
+            np.testing.assert_array_equal(_mul_add(a, b, a), a * b + a)
+            assert bool(seen) == parallel, n
+    dispatch.clear()
+    backend.clear_launches()
+
+
 def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
                                                                               monkeypatch):
     # A remembered parallel repeat takes its thread count from the stamp it was recorded

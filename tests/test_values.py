@@ -135,10 +135,11 @@ def run_grid(op: str, dx: str, dy: str) -> None:
     check_grid(op, sx[:, None], sy[None, :], getattr(jitops, op)(sx[:, None], sy[None, :]))
     check_grid(op, sx[None, :], sy[:, None], getattr(jitops, op)(sx[None, :], sy[:, None]))
     # parallel-sized, through out= (a reversed view: the strided loop)
-    reps = -(-_config.PARALLEL_THRESHOLD // x.size) + 1
-    xl, yl = np.tile(x, reps), np.tile(y, reps)
     with np.errstate(all="ignore"):
-        res = np.result_type(getattr(np, op)(xl[:1], yl[:1]))
+        res = np.result_type(getattr(np, op)(x[:1], y[:1]))
+    moved = x.itemsize + y.itemsize + res.itemsize
+    reps = -(-_config.parallel_size(moved) // x.size) + 1
+    xl, yl = np.tile(x, reps), np.tile(y, reps)
     out = np.empty(xl.size, res)[::-1]
     assert getattr(jitops, op)(xl, yl, out=out) is out
     check_grid(op, xl, yl, out)

@@ -57,6 +57,21 @@ def env_flag(name: str, default: bool) -> bool:
 #: more than the whole job (PyTorch's GRAIN_SIZE is 32768; measured here, see benchmarks/).
 PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 
+#: A call runs parallel only where it also moves at least ``PARALLEL_THRESHOLD`` times this
+#: many bytes (its output and the inputs it reads in full; 512 KiB): smaller elements need
+#: more of them to pay for a launch (:func:`parallel_size`). Measured here (2 threads, paired
+#: against NumPy, serial and parallel in alternate processes), the parallel call passed the
+#: serial one from 500-600 KB moved: int16 ``x - 3`` at 65,536 elements ran 0.65-0.73x
+#: NumPy parallel and 1.05x serially; int8 ``x - y`` at 100,000 0.52-0.80x against 1.00-1.05x.
+PARALLEL_BYTES = env_int("JITOPS_PARALLEL_BYTES", 8)
+
+
+def parallel_size(bytes_per_element: int) -> int:
+    """The fewest output elements a call moving ``bytes_per_element`` bytes per element (its
+    output and the inputs it reads in full) runs parallel at."""
+    need = -(-PARALLEL_THRESHOLD * PARALLEL_BYTES // max(1, bytes_per_element))
+    return max(PARALLEL_THRESHOLD, need)
+
 #: A repeated parallel call of fewer output elements than this runs serially where the
 #: thread pool's workers are asleep (the process was idle for milliseconds; whether it wakes
 #: them: ASLEEP_WAKE_WINDOW_S; jitops.dispatch). Measured after 2 ms asleep on the 2-core

@@ -255,7 +255,7 @@ class Launch:
         # integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
         # from the pipeline): a repeat must find y free of zeros before it launches (run does)
         self.zero_check = spec.op.startswith("trunc_divide")
-        self.parallel = plan.size >= config.PARALLEL_THRESHOLD
+        self.parallel = kernels.runs_parallel(plan, dtype, (spec.x, spec.y))
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
         self.choice = StoreChoice(self.task, spec) if (
@@ -401,7 +401,7 @@ class UserLaunch:
         self.in_dtypes = spec.inputs  # what a weak scalar operand becomes
         self.task = nary.task_address(spec)
         self.metas = Metas(partial(nary.build_meta, plan, *geometry))
-        self.parallel = plan.size >= config.PARALLEL_THRESHOLD
+        self.parallel = kernels.runs_parallel(plan, dtype, spec.inputs)
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
 

@@ -3,7 +3,7 @@
 The iteration space is the planner's coalesced shape. It is cut into *tasks*: a block of at
 most ``BLOCK`` elements of one row, or several whole short rows. ``_kernel_parallel`` runs the
 tasks under ``prange``; ``_kernel_serial`` runs the same tasks in a plain loop and is used below
-``PARALLEL_THRESHOLD`` elements, where a parallel launch costs more than the work.
+the parallel size (:func:`runs_parallel`), where a parallel launch costs more than the work.
 
 Each row runs one of two loops, picked per row from its strides (:func:`row`):
 
@@ -1088,9 +1088,20 @@ def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
             and all(st[-1] in (0, 1) or (tiled and staged(st[-2], st[-1]))
                     for st in rows[1:])):
         return False
-    full = [dt for dt, whole in zip(inputs, read_in_full(plan)) if whole]
-    moved = plan.size * (out.itemsize + sum(dt.itemsize for dt in full))
-    return moved >= config.STREAM_BYTES
+    return plan.size * bytes_per_element(plan, out, inputs) >= config.STREAM_BYTES
+
+
+def bytes_per_element(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> int:
+    """Bytes a call of ``plan`` moves per output element: its output and every input it reads
+    in full (a broadcast input stays in the caches)."""
+    return out.itemsize + sum(dt.itemsize for dt, whole in zip(inputs, read_in_full(plan))
+                              if whole)
+
+
+def runs_parallel(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bool:
+    """Whether a call of ``plan`` runs as a parallel job (``config.parallel_size``): below,
+    one serial kernel call costs less than a launch."""
+    return plan.size >= config.parallel_size(bytes_per_element(plan, out, inputs))
 
 
 def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
