@@ -680,8 +680,10 @@ def test_tile_shifts_put_out_and_the_staged_input_on_a_line(dtype):
     @njit(cache=False)
     def shifts(spec, pmeta, po, px, py, so, sx0, sx, sy0, sy):
         o, x, y = pointers(spec, po, px, py)
-        return _cpu.tile_shifts(spec, as_pointer(pmeta, types.int64), o, x, y, so, sx0, sx,
-                                sy0, sy)
+        x_runs = sx0 == 1 and _cpu.staged(sx0, sx)
+        y_runs = sy0 == 1 and _cpu.staged(sy0, sy)
+        return _cpu.tile_shifts(spec, as_pointer(pmeta, types.int64), o, x, y, so, x_runs,
+                                y_runs)
 
     dt = np.dtype(dtype)
     size = dt.itemsize

@@ -572,10 +572,10 @@ def stage_tiles(typingctx, spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, n
 
 
 def emit_task_span(builder, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block,
-                   rows_per_task, rows, si=None, sj=None):
+                   rows_per_task, rows, si, sj):
     """LLVM IR of :func:`task_span` (i64 values, ``tiled`` an i1): the five i64 results.
-    ``si``, ``sj`` (tiled; default 0): how many rows and columns short the first band of
-    tiles is, which moves every later tile edge by as many."""
+    ``si``, ``sj`` (tiled): how many rows and columns short the first band of tiles is,
+    which moves every later tile edge by as many."""
     b = builder
 
     def smin(a, c):
@@ -584,8 +584,6 @@ def emit_task_span(builder, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nb
     def smax(a, c):
         return b.select(b.icmp_signed(">", a, c), a, c)
 
-    si = _c(0) if si is None else si
-    sj = _c(0) if sj is None else sj
     out = [cgutils.alloca_once_value(b, _c(0)) for _ in range(5)]  # r, i0, j0, nrows, n
     with b.if_else(tiled) as (then, otherwise):
         with then:
@@ -656,10 +654,11 @@ def emit_line_shift(b, p, off, size, tile):
 
 
 @intrinsic
-def tile_shifts(typingctx, spec, meta, o, x, y, so, sx0, sx, sy0, sy):
+def tile_shifts(typingctx, spec, meta, o, x, y, so, x_runs, y_runs):
     """``(si, sj)`` for :func:`task_span`: where the tile edges move so that out's tile rows
     start on a cache line (``sj``; out unit-stride along them), and a staged input's
-    unit-stride runs down the tile rows (``si``; x's, else y's) do. The same for every task
+    unit-stride runs down the tile rows (``si``; x's where ``x_runs``, else y's where
+    ``y_runs``: :func:`staged` and unit-stride down the rows) do. The same for every task
     of a job (data pointers and meta); ``(0, 0)`` where meta's ``M_SHIFT`` bits say a dim
     has no spare band, and for a spec that is not tiled (in IR, nothing compiled).
 
@@ -670,13 +669,13 @@ def tile_shifts(typingctx, spec, meta, o, x, y, so, sx0, sx, sy0, sy):
     (interleaved, shuffled rounds)."""
     if not (isinstance(spec, KernelSpecType) and isinstance(o, types.CPointer)):
         return None
-    sig = types.UniTuple(_I64, 2)(spec, meta, o, x, y, so, sx0, sx, sy0, sy)
+    sig = types.UniTuple(_I64, 2)(spec, meta, o, x, y, so, types.boolean, types.boolean)
 
     def codegen(context, builder, signature, args):
         b = builder
         if not spec.tiled:
             return context.make_tuple(b, signature.return_type, [_c(0), _c(0)])
-        _, meta, o, x, y, so, sx0, sx, sy0, sy = args
+        _, meta, o, x, y, so, x_runs, y_runs = args
         word = _words(b, meta)
 
         def size(k):
@@ -684,7 +683,7 @@ def tile_shifts(typingctx, spec, meta, o, x, y, so, sx0, sx, sy0, sy):
 
         shifts = emit_tile_shifts(
             b, word(M_SHIFT), word(M_TILE_I), word(M_TILE_J), (o, word(M_OFF_O), size(2), so),
-            [(x, word(M_OFF_X), size(3), sx0, sx), (y, word(M_OFF_Y), size(4), sy0, sy)])
+            [(x, word(M_OFF_X), size(3), x_runs), (y, word(M_OFF_Y), size(4), y_runs)])
         return context.make_tuple(b, signature.return_type, shifts)
 
     return sig, codegen
@@ -693,8 +692,8 @@ def tile_shifts(typingctx, spec, meta, o, x, y, so, sx0, sx, sy0, sy):
 def emit_tile_shifts(b, bits, tile_i, tile_j, out, inputs):
     """LLVM IR of :func:`tile_shifts` for any kernel family: ``[si, sj]`` from the ``M_SHIFT``
     ``bits``, ``out`` as ``(pointer, element offset, size, stride along the tile rows)`` and
-    the inputs that may be staged as ``(pointer, offset, size, stride down the rows, stride
-    along them)``, the first staged one with unit-stride runs down the rows deciding ``si``."""
+    the inputs that may be staged as ``(pointer, offset, size, whether it is staged from
+    unit-stride runs down the rows: an i1)``, the first such one deciding ``si``."""
     def on(bit):
         return b.icmp_signed("!=", b.and_(bits, _c(bit)), _c(0))
 
@@ -702,10 +701,7 @@ def emit_tile_shifts(b, bits, tile_i, tile_j, out, inputs):
     sj = b.select(b.and_(on(2), b.icmp_signed("==", s, _c(1))),
                   emit_line_shift(b, p, off, size, tile_j), _c(0))
     si = _c(0)
-    for p, off, size, s_rows, s_cols in reversed(inputs):
-        # staged (kernels.staged: it moves less down the rows than along them) and unit-stride
-        runs = b.and_(b.icmp_signed("==", s_rows, _c(1)), b.or_(
-            b.icmp_signed(">", s_cols, _c(1)), b.icmp_signed("<", s_cols, _c(-1))))
+    for p, off, size, runs in reversed(inputs):
         si = b.select(runs, emit_line_shift(b, p, off, size, tile_i), si)
     return [b.select(on(1), si, _c(0)), sj]
 
@@ -728,7 +724,8 @@ def _task(spec, po, px, py, pmeta, t):
     # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
     so0, sx0, sy0 = strides(meta, nd, nd - 2)
     tiled = var == V_TILED  # one TILE_I x TILE_J tile of the two innermost dims of outer index r
-    si, sj = tile_shifts(spec, meta, o, x, y, so, sx0, sx, sy0, sy)
+    si, sj = tile_shifts(spec, meta, o, x, y, so, sx0 == 1 and staged(sx0, sx),
+                         sy0 == 1 and staged(sy0, sy))
     r, i0, j0, nrows, n = task_span(
         t, tiled, meta[M_NTI], meta[M_NTJ], meta[M_TILE_I], meta[M_TILE_J],
         dim(meta, nd - 2 if nd > 2 else 0), dim(meta, nd - 1), meta[M_NBLK], meta[M_BLOCK],

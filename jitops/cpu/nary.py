@@ -348,15 +348,16 @@ def _walker(builder, meta, nops):
     return e, nd, stride
 
 
-def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, ptrs, sizes, n_staged):
+def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, out, out_size, runs):
     """LLVM IR: set ``offs`` to every operand's offset at the start of task ``t`` and the
     odometer ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
 
     The same tasks as the built-in kernels, decoded by the same IR
     (:func:`jitops.cpu.kernels.emit_task_span`), for ``n_ops`` operands (the loops over them
-    unrolled here); tiled, with the tile edges moved onto the cache lines of out and of the
-    first of the ``n_staged`` inputs staged from unit-stride runs (``ptrs``, data pointers
-    with their element ``sizes``, out first: :func:`jitops.cpu.kernels.tile_shifts`)."""
+    unrolled here); tiled, with the tile edges moved onto the cache lines of ``out`` (its
+    data pointer and element size) and of the first input 1, 2, ... of ``runs`` (each
+    ``(pointer, size, staged from unit-stride runs: an i1)``) that runs down the rows
+    (:func:`jitops.cpu.kernels.tile_shifts`)."""
     e, nd, stride = _walker(b, meta_p, n_ops)
     word, cmp = e.word, e.cmp
     sh = U_HDR + n_ops
@@ -367,9 +368,8 @@ def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, ptrs, sizes, n_staged):
     last = b.sub(nd, _c(1))
     si, sj = emit_tile_shifts(
         b, b.select(tiled, word(U_SHIFT), _c(0)), word(U_TILE_I), word(U_TILE_J),
-        (ptrs[0], word(U_HDR), sizes[0], stride(0, last)),
-        [(ptrs[k], word(U_HDR + k), sizes[k], stride(k, two), stride(k, last))
-         for k in range(1, n_staged + 1)])
+        (out, word(U_HDR), out_size, stride(0, last)),
+        [(q, word(U_HDR + k), size, yes) for k, (q, size, yes) in enumerate(runs, 1)])
     span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
                           word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
                           word(U_ROWS_PER_TASK), word(U_ROWS), si, sj)
@@ -517,8 +517,6 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                          for k in range(1, n_staged + 1)]
         offs = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
         idx = cgutils.alloca_once(b, _LL64, size=MAX_DIMS)
-        nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops, p,
-                                         [context.get_abi_sizeof(d) for d in data], n_staged)
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -527,16 +525,22 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         # copied into a stack tile first, read down its contiguous direction in 8 x 8 blocks
         # (kernels._stage); its rows are then contiguous, n apart, and run the vector loop
         # as the built-in kernels' do.
-        tiled = eq(e.word(U_VARIANT), V_TILED)
         down = b.select(b.icmp_signed(">=", nd, _c(2)), b.sub(nd, _c(2)), _c(0))
         rule = context.get_function(rule_ty, rule_sig)
+        rules = [None] + [rule(b, (stride(k, down), s[k])) for k in range(1, n_staged + 1)]
+        # the tile edges follow the first staged input with unit-stride runs down the rows
+        runs = [(p[k], context.get_abi_sizeof(data[k]), b.and_(rules[k], eq(stride(k, down), 1)))
+                for k in range(1, n_staged + 1)]
+        nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops, p[0],
+                                         context.get_abi_sizeof(data[0]), runs)
+        tiled = eq(e.word(U_VARIANT), V_TILED)
         on = [None]  # per input: whether this task stages it (an i1)
         for k in range(1, nops):
             if k > n_staged:
                 on.append(ir.Constant(ir.IntType(1), 0))
                 continue
             s_rows = stride(k, down)
-            yes = b.and_(tiled, rule(b, (s_rows, s[k])))
+            yes = b.and_(tiled, rules[k])
             with b.if_then(yes):
                 stage = context.get_function(st_ty, st_sigs[k - 1])
                 stage(b, (tile[k], p[k], b.load(b.gep(offs, [_c(k)])), s_rows, s[k], nrows,
