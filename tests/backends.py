@@ -79,7 +79,20 @@ class Cuda(Backend):
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
 
             return FakeCUDAArray(fn(host))
-        return fn(a)
+        # numba's DeviceNDArray.T is a copy (a transpose kernel), not a view: a view with
+        # non-negative strides is made from the layout NumPy gives the same view of a host
+        # array shaped as ``a`` (slices with negative strides are numba's own views)
+        proto = np.empty(a.shape, a.dtype)
+        v = fn(proto)
+        if min(v.strides, default=0) < 0:
+            return fn(a)
+        from numba import cuda
+
+        offset = v.__array_interface__["data"][0] - proto.__array_interface__["data"][0]
+
+        cai = {"shape": v.shape, "strides": v.strides, "typestr": v.dtype.str, "version": 3,
+               "data": (a.device_ctypes_pointer.value + offset, False)}
+        return cuda.from_cuda_array_interface(cai, owner=a, sync=False)  # a kept alive
 
     def get(self, r):
         return r.copy_to_host()
