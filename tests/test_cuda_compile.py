@@ -135,6 +135,45 @@ def test_cuda_kernels_are_cached_on_disk_for_the_next_process(tmp_path):
     assert _child(tmp_path) == (1, 0)
 
 
+_TWO = """
+import sys, numpy as np
+sys.path.insert(0, {root!r})
+from tests.sm90 import install
+install()
+from jitops.cuda import catalog, kernels
+for op in sys.argv[1:]:
+    kernels.contig.compile(catalog.contig_types(
+        catalog.builtin_spec(op, None, np.dtype("float16"), np.dtype("float16"))))
+stats = kernels.contig.stats
+print(sum(stats.cache_hits.values()), sum(stats.cache_misses.values()))
+"""
+
+
+def test_a_cache_entry_of_another_signature_is_never_run(tmp_path):
+    """Two processes compiling at once can give two kernels one data file (numba's index is
+    read, extended and written back unlocked): an entry whose kernel has another signature
+    is compiled afresh, not run. Here the two data files are swapped by hand."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
+
+    def child(*ops):
+        res = subprocess.run([sys.executable, "-c", _TWO.format(root=root), *ops], env=env,
+                             capture_output=True, text=True, timeout=300)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return tuple(map(int, res.stdout.split()[-2:]))
+
+    assert child("minimum", "maximum") == (0, 2)
+    assert child("minimum") == (1, 0)
+    data = sorted((tmp_path / "cuda").glob("*.nbc"))
+    assert len(data) == 2
+    a, b = (f.read_bytes() for f in data)
+    data[0].write_bytes(b)
+    data[1].write_bytes(a)
+    assert child("minimum") == (0, 1)  # maximum's kernel under minimum's key: recompiled
+    assert child("minimum", "maximum") == (1, 1)  # minimum's under maximum's: recompiled
+    assert child("minimum", "maximum") == (2, 0)  # each saved over the wrong one
+
+
 def test_launches_never_fall_below_numba_cudas_occupancy_warning(monkeypatch):
     from jitops.cuda import kernels
 
@@ -165,3 +204,66 @@ def test_contig_kernel_machine_code(sm90):
     assert len(loads) == 2 * kernels.UNROLL and len(stores) == kernels.UNROLL
     assert max(loads) < min(stores)
     assert "selp" not in body and "div" not in body
+
+
+def _fmas(ptx: str, t: str) -> int:
+    import re
+
+    return len(re.findall(rf"\bfma\.rn\.{t}\b", ptx))
+
+
+def test_multiplies_and_adds_round_apart_as_numpys_do(sm90):
+    """NVVM fuses a multiply and the add it feeds unless given -fma=0 (jitops.cuda.rounding):
+    a user op ``x * w + b`` and a complex product compile to separate multiplies and adds in
+    jitops' kernels, while a kernel of someone else's in the same process keeps NVVM's
+    default; an fma asked for by name stays."""
+    import numpy as np
+    from numba import cuda
+    from numba.cuda.cudadrv import nvvm
+
+    from jitops.cuda import catalog, kernels, rounding
+
+    assert rounding.install() and nvvm.compile_ir.jitops_wrapped is not None
+    # nvJitLink's link-time optimisation would generate the code again, fusing them
+    assert all(k.targetoptions["lto"] is False for k in kernels.KERNELS.values())
+    for dt, t in (("float32", "f32"), ("float64", "f64")):
+        u = catalog.user_spec(catalog._three, np.dtype(dt))
+        ptx, _ = cuda.compile_ptx(kernels.contig.py_func, catalog.contig_types(u), cc=CC)
+        assert _fmas(ptx, t) == 0 and f"mul.rn.{t}" in ptx
+    c = catalog.builtin_spec("multiply", None, np.dtype("complex64"), np.dtype("complex64"))
+    ptx, _ = cuda.compile_ptx(kernels.strided.py_func, catalog.strided_types(c, 2, True), cc=CC)
+    from jitops.core.dtypes import CMUL_FUSED
+
+    assert (_fmas(ptx, "f32") > 0) == CMUL_FUSED["complex64"]  # NumPy's own rule, not NVVM's
+
+    def theirs(o, a, b, c):
+        o[0] = a[0] * b[0] + c[0]
+
+    arr = "float64[::1]"
+    ptx, _ = cuda.compile_ptx(theirs, f"void({arr}, {arr}, {arr}, {arr})", cc=CC)
+    assert _fmas(ptx, "f64") == 1  # untouched: the hook changes jitops' kernels only
+
+
+_NO_HOOK = """
+import sys, re, warnings, numpy as np
+warnings.simplefilter("always")
+sys.path.insert(0, {root!r})
+from tests.sm90 import install
+install()
+from numba import cuda
+from jitops.cuda import catalog, kernels, rounding
+u = catalog.user_spec(catalog._three, np.dtype("float64"))
+ptx, _ = cuda.compile_ptx(kernels.contig.py_func, catalog.contig_types(u), cc=(9, 0))
+print(rounding.install(), rounding.stamp(), len(re.findall(r"fma\\.rn\\.f64", ptx)))
+"""
+
+
+def test_the_rounding_hook_turned_off_warns_and_fuses(tmp_path):
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, JITOPS_DISABLE_HOOKS="nvvm_fma", JITOPS_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", _NO_HOOK.format(root=root)], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    on, stamp, fmas = res.stdout.split()
+    assert on == "False" and stamp == "fma-contracted" and int(fmas) > 0
+    assert res.stderr.count("jitops: nvvm_fma is unavailable") == 1, res.stderr[-2000:]

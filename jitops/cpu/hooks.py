@@ -78,7 +78,9 @@ _STATE: dict[str, str | None] = {}
 _CHECKS: dict[str, tuple[Callable[[], bool], str]] = {}
 
 
-def _disabled() -> set[str]:
+def disabled() -> set[str]:
+    """The hooks JITOPS_DISABLE_HOOKS names (``all`` for every one; jitops.cuda.rounding's
+    too)."""
     names = {n.strip() for n in os.environ.get("JITOPS_DISABLE_HOOKS", "").split(",")}
     return {n for n in names if n}
 
@@ -98,7 +100,7 @@ def ok(name: str) -> bool:
     if name in _STATE:
         return _STATE[name] is None
     check = _CHECKS[name][0]
-    off = _disabled()
+    off = disabled()
     if name in off or "all" in off:
         why = "turned off by JITOPS_DISABLE_HOOKS"
     else:

@@ -25,9 +25,11 @@ import os
 
 import numba
 from numba import cuda
+from numba.core import sigutils
 
 from ..core import config
 from ..cpu.cache import memoized_stamp
+from . import rounding
 from .spec import SIMULATOR, element, gather, load, offsets
 
 #: Elements per thread and step in ``contig`` (loads issued before the first store).
@@ -35,7 +37,11 @@ UNROLL = 4
 
 
 def _jit(fn):
-    kernel = cuda.jit(fn)
+    if not SIMULATOR:
+        rounding.install()  # before anything compiles: every multiply and add rounded apart
+    # without link-time optimisation: nvJitLink would generate the code again from NVVM's LTO
+    # IR, fusing what -fma=0 kept apart; the kernels link nothing for LTO to inline
+    kernel = cuda.jit(fn) if SIMULATOR else cuda.jit(fn, lto=False)
     if config.cache_enabled() and not SIMULATOR:
         _enable_cache(kernel)
     return kernel
@@ -112,8 +118,8 @@ def source_stamp() -> str:
     global _stamp
     if _stamp is None:
         _stamp = memoized_stamp("cuda-source-stamp",
-                                numba.__version__ + getattr(cuda, "__version__", ""),
-                                KERNEL_MODULES)
+                                numba.__version__ + getattr(cuda, "__version__", "")
+                                + rounding.stamp(), KERNEL_MODULES)
     return _stamp
 
 
@@ -140,7 +146,7 @@ def _enable_cache(kernel) -> None:
 
         def load_overload(self, sig, target_context):
             try:
-                return super().load_overload(sig, target_context)
+                kernel = super().load_overload(sig, target_context)
             except Exception:  # a damaged entry: compile instead, and let the save rewrite it
                 path = getattr(self._cache_file, "_index_path", None)
                 try:
@@ -149,6 +155,13 @@ def _enable_cache(kernel) -> None:
                 except OSError:
                     pass  # read-only: ignored anyway
                 return None
+            if kernel is not None and tuple(getattr(kernel, "argument_types", ())) != \
+                    tuple(sigutils.normalize_signature(sig)[0]):
+                # another signature's kernel: processes compiling at once can both give a new
+                # entry the same data file (numba's index is read, extended and written back
+                # unlocked); never run it -- compiling and saving rewrites that file
+                return None
+            return kernel
 
         def save_overload(self, sig, data):
             if any(str(getattr(a, "fn_key", "")).startswith("local:") for a in sig):
