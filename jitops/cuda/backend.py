@@ -71,6 +71,28 @@ _SCALARS: dict[tuple, object] = {}
 _FLAGS: dict[int, object] = {}
 
 
+class _Described:
+    """What a CUDA array's interface says (or, under the simulator, its host view's)."""
+
+    __slots__ = ("dtype", "shape", "strides", "address", "writeable")
+
+    def __init__(self, a):
+        h = _host(a)
+        if h is not None:
+            self.dtype, self.shape, self.strides = h.dtype, tuple(h.shape), tuple(h.strides)
+            self.address = h.__array_interface__["data"][0]
+            self.writeable = bool(h.flags.writeable)
+            return
+        cai = arrays.interface(a)
+        self.dtype = np.dtype(cai["typestr"])  # a torch dtype is not NumPy's
+        self.shape = tuple(cai["shape"])
+        st = cai.get("strides")
+        self.strides = tuple(st) if st is not None else _c_byte_strides(self.shape,
+                                                                        self.dtype.itemsize)
+        self.address, readonly = cai["data"]
+        self.writeable = not readonly
+
+
 class CudaMemory:
     """CUDA arrays (anything with ``__cuda_array_interface__``, or the simulator's), for
     :func:`jitops.core.pipeline.prepare`: one per call, knowing its GPU, stream and the kind
@@ -84,42 +106,36 @@ class CudaMemory:
         self.device, self.stream, self.result_kind, self.waits = (device, stream, result_kind,
                                                                   waits)
         self._stream_obj = None
+        self._described: dict[int, tuple[object, _Described]] = {}
 
-    # -- reading arrays ---------------------------------------------------------------------
+    # -- reading arrays ------------------------------------------------------------------------
+    # Each operand's interface is read once a call (a numba array builds its CAI dict anew at
+    # every read, and the pipeline asks dozens of questions per call): described() keeps the
+    # answers for the call's lifetime, the object held so its id stays its own.
     @staticmethod
     def owns(v) -> bool:
         return _device.is_cuda_array(v)
 
-    @staticmethod
-    def dtype(a) -> np.dtype:
-        h = _host(a)
-        if h is not None:
-            return h.dtype
-        return np.dtype(arrays.interface(a)["typestr"])  # a torch dtype is not NumPy's
+    def described(self, a) -> _Described:
+        got = self._described.get(id(a))
+        if got is None or got[0] is not a:
+            got = self._described[id(a)] = (a, _Described(a))
+        return got[1]
 
-    @staticmethod
-    def shape(a) -> tuple[int, ...]:
-        h = _host(a)
-        return tuple(h.shape) if h is not None else tuple(arrays.interface(a)["shape"])
+    def dtype(self, a) -> np.dtype:
+        return self.described(a).dtype
+
+    def shape(self, a) -> tuple[int, ...]:
+        return self.described(a).shape
 
     def strides(self, a) -> tuple[int, ...]:
-        h = _host(a)
-        if h is not None:
-            return tuple(h.strides)
-        st = arrays.interface(a).get("strides")
-        return tuple(st) if st is not None else _c_byte_strides(self.shape(a),
-                                                                self.dtype(a).itemsize)
+        return self.described(a).strides
 
-    @staticmethod
-    def address(a) -> int:
-        h = _host(a)
-        return h.__array_interface__["data"][0] if h is not None else \
-            arrays.interface(a)["data"][0]
+    def address(self, a) -> int:
+        return self.described(a).address
 
-    @staticmethod
-    def writeable(a) -> bool:
-        h = _host(a)
-        return bool(h.flags.writeable) if h is not None else not arrays.interface(a)["data"][1]
+    def writeable(self, a) -> bool:
+        return self.described(a).writeable
 
     # -- streams ------------------------------------------------------------------------------
     @property
@@ -253,11 +269,19 @@ def _flat(mem: CudaMemory, a):
         span = np.lib.stride_tricks.as_strided(low, (length,), (dt.itemsize,))
         return FakeCUDAArray(span.view(sdt)), -lo
 
-    class _Span:  # a CUDA Array Interface for the span: no allocation, no stream sync
-        __cuda_array_interface__ = {"shape": (length,), "strides": None, "typestr": sdt.str,
-                                    "data": (start, False), "version": 3}
+    if lo == 0 and st == (1,) and sdt == dt and _is_numba(a):
+        return a, 0  # already its own span: no new array (and numba's type of it is cached)
+    return cuda.as_cuda_array(_Span({"shape": (length,), "strides": None, "typestr": sdt.str,
+                                     "data": (start, False), "version": 3}), sync=False), -lo
 
-    return cuda.as_cuda_array(_Span(), sync=False), -lo
+
+class _Span:
+    """A CUDA Array Interface for a span: no allocation, no stream sync."""
+
+    __slots__ = ("__cuda_array_interface__",)
+
+    def __init__(self, cai: dict):
+        self.__cuda_array_interface__ = cai
 
 
 def _shape_arg(plan, blocks: int, tpb: int) -> tuple:
