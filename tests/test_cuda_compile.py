@@ -267,3 +267,25 @@ def test_the_rounding_hook_turned_off_warns_and_fuses(tmp_path):
     on, stamp, fmas = res.stdout.split()
     assert on == "False" and stamp == "fma-contracted" and int(fmas) > 0
     assert res.stderr.count("jitops: nvvm_fma is unavailable") == 1, res.stderr[-2000:]
+
+
+def test_strided_kernel_machine_code(sm90):
+    """The strided loop runs in the contig loop's steps: its main loop issues every input's
+    UNROLL loads before the first store (one load in flight per thread held an H200 at
+    1.1 TB/s on a row broadcast, against PyTorch's 2.7)."""
+    import re
+
+    import numpy as np
+    from numba import cuda
+
+    from jitops.cuda import catalog, kernels
+
+    spec = catalog.builtin_spec("subtract", None, np.dtype("float32"), np.dtype("float32"))
+    ptx, _ = cuda.compile_ptx(kernels.strided.py_func, catalog.strided_types(spec, 2, True),
+                              cc=CC)
+    body = ptx[ptx.index("$L__BB0_2:"):]
+    body = body[:body.index("bra")]
+    loads = [m.start() for m in re.finditer(r"ld\.global\.f32", body)]
+    stores = [m.start() for m in re.finditer(r"st\.global\.f32", body)]
+    assert len(loads) == 2 * kernels.UNROLL and len(stores) == kernels.UNROLL
+    assert max(loads) < min(stores)

@@ -284,10 +284,10 @@ class _Span:
         self.__cuda_array_interface__ = cai
 
 
-def _shape_arg(plan, blocks: int, tpb: int) -> tuple:
+def _shape_arg(plan, blocks: int, tpb: int, per_thread: int = 1) -> tuple:
     """The plan's shape as kernel arguments: unsigned 32-bit when every linear index of the
     grid-stride loop fits (the kernels then divide in 32 bits), else int64."""
-    if plan.size + blocks * tpb < 2**31:
+    if plan.size + (blocks + 1) * tpb * per_thread < 2**31:
         return tuple(np.uint32(s) for s in plan.iter_shape)
     return tuple(int(s) for s in plan.iter_shape)
 
@@ -308,8 +308,8 @@ def _run(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> None:
         blocks, tpb = kernels.launch_config(n, kernels.UNROLL)
         _launch("contig", blocks, tpb, mem, (spec, spans[0], tuple(spans[1:]), n))
         return
-    blocks, tpb = kernels.launch_config(n)
-    shape = _shape_arg(plan, blocks, tpb)
+    blocks, tpb = kernels.launch_config(n, kernels.UNROLL)
+    shape = _shape_arg(plan, blocks, tpb, kernels.UNROLL)
     strides = [tuple(int(s) for s in st) for st in plan.iter_strides]
     _launch("strided", blocks, tpb, mem,
             (spec, spans[0], tuple(spans[1:]), shape, strides[0], tuple(strides[1:]), starts, n))

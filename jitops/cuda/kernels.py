@@ -9,7 +9,8 @@ Three module-level kernels, specialised through a :class:`~jitops.cuda.spec.Cuda
 * ``contig``  -- every operand one dense 1-D run: each thread handles ``UNROLL`` elements a
   block apart per step (coalesced, several loads in flight before the first store), indexes
   with unsigned integers (no per-element wraparound fix-up) and has no index math besides;
-* ``strided`` -- the planner's coalesced N-d space, one grid-stride loop: the linear index is
+* ``strided`` -- the planner's coalesced N-d space, in the same ``UNROLL`` steps (one load per
+  thread in flight left an H200 at 1.1 TB/s on a row broadcast): each linear index is
   unravelled with one div/mod per dimension *beyond the first* (straight-line code for the
   plan's rank, a compile-time constant), in unsigned 32-bit arithmetic when every index fits;
 * ``any_zero`` -- the integer ``elementwise_div`` zero check, on the device.
@@ -72,12 +73,27 @@ def contig(spec, o, ins, n):
 
 
 def strided(spec, o, ins, shape, ostr, istr, starts, n):
-    i = cuda.grid(1)
-    step = cuda.gridsize(1)
-    while i < n:
+    bs = cuda.blockDim.x
+    i = (cuda.blockIdx.x * bs) * UNROLL + cuda.threadIdx.x
+    step = (cuda.gridDim.x * bs) * UNROLL
+    while i + (UNROLL - 1) * bs < n:
+        f0 = offsets(shape, ostr, istr, starts, i)
+        f1 = offsets(shape, ostr, istr, starts, i + bs)
+        f2 = offsets(shape, ostr, istr, starts, i + 2 * bs)
+        f3 = offsets(shape, ostr, istr, starts, i + 3 * bs)
+        v0 = gather(ins, f0)
+        v1 = gather(ins, f1)
+        v2 = gather(ins, f2)
+        v3 = gather(ins, f3)
+        o[numba.uint64(f0[0])] = element(spec, v0)
+        o[numba.uint64(f1[0])] = element(spec, v1)
+        o[numba.uint64(f2[0])] = element(spec, v2)
+        o[numba.uint64(f3[0])] = element(spec, v3)
+        i += step
+    while i < n:  # the last, partial step: at most UNROLL elements of this thread
         f = offsets(shape, ostr, istr, starts, i)
         o[numba.uint64(f[0])] = element(spec, gather(ins, f))
-        i += step
+        i += bs
 
 
 def any_zero(y, shape, ystr, start, n, flag):
