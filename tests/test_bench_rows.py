@@ -201,3 +201,20 @@ def test_the_write_only_probe_fills_every_element(n, offset):
         assert "vmovnt" in asm or "movnt" in asm
     fill = harness.limit_contender(4 * n, writes_only=True)
     fill()  # its own buffer, of the row's bytes
+
+
+def test_the_cuda_section_renders_call_and_kernel_times():
+    """The CUDA table from a result (no GPU needed): call and kernel times, the contenders'
+    ratios to jitops, the kernel's share of the peak; a missing GPU says why."""
+    from jitops.bench import cuda_bench
+
+    row = {"title": "subtract 1e7 float32", "median_s": {"jitops": 4e-4, "torch": 4e-5},
+           "kernel_s": {"jitops": 3e-5, "torch": 3.3e-5}, "fraction_of_peak": 0.83,
+           "ratios": {"torch": 0.1}, "kernel_ratios": {"torch": 1.1}}
+    md = cuda_bench.markdown({"available": True, "device": "GPU", "peak_GBps": 4800.0,
+                              "rows": [row]})
+    line = md.splitlines()[-1]
+    assert line == ("| subtract 1e7 float32 | 400.0 µs | 30.0 µs | 83% | - | - "
+                    "| 40.0 µs (0.10×) | 33.0 µs (1.10×) |")
+    assert cuda_bench.markdown({"available": False, "reason": "no GPU"}) == \
+        "CUDA: not run (no GPU)."

@@ -289,3 +289,13 @@ def test_strided_kernel_machine_code(sm90):
     stores = [m.start() for m in re.finditer(r"st\.global\.f32", body)]
     assert len(loads) == 2 * kernels.UNROLL and len(stores) == kernels.UNROLL
     assert max(loads) < min(stores)
+
+
+def test_the_benchmarks_gpu_sleeper_compiles(sm90):
+    """The CUDA bench queues its kernel-time calls behind a kernel sleeping on the GPU."""
+    from numba import cuda
+
+    from jitops.bench import cuda_bench
+
+    ptx, _ = cuda.compile_ptx(cuda_bench._sleeper().py_func, "void(int64)", cc=CC)
+    assert "nanosleep" in ptx
