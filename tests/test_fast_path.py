@@ -15,7 +15,7 @@ import pytest
 import jitops
 from jitops import dispatch
 from jitops.core import config as _config
-from jitops.core.pipeline import byte_extent
+from jitops.core.pipeline import byte_extent, prepare
 from jitops.core.plan import TILED, make_plan
 from jitops.cpu import backend, pool
 from jitops.cpu import kernels as _cpu
@@ -153,6 +153,11 @@ def test_kernel_refuses_overlap_without_writing(rng):
 
 
 # --- tiled traversal ------------------------------------------------------------------------
+def _variant(*operands, out=None) -> str:
+    """The loop variant a call of jitops.add on ``operands`` is planned with."""
+    return prepare(backend.MEMORY, "add", "add", operands, "numpy", -1, None, out).plan.variant
+
+
 TRANSPOSED = [  # (x's base shape, view of it), (y's base shape, view of it)
     ((64, 64), lambda a: a.T, (64, 64), lambda a: a),
     ((130, 100), lambda a: a.T, (100, 130), lambda a: a),  # not a multiple of the tile
@@ -164,12 +169,10 @@ TRANSPOSED = [  # (x's base shape, view of it), (y's base shape, view of it)
 
 @pytest.mark.parametrize("xs,fx,ys,fy", TRANSPOSED)
 @pytest.mark.parametrize("dtype", ["float32", "int16", "complex128"])
-def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng):
+def test_tiled_matches_numpy(xs, fx, ys, fy, dtype, rng, tile_every_width):
     x = fx((rng.standard_normal(xs) * 9).astype(dtype))
     y = fy((rng.standard_normal(ys) * 9).astype(dtype))
-    plan = make_plan((x.shape, y.shape), (tuple(s // x.itemsize for s in x.strides),
-                                          tuple(s // y.itemsize for s in y.strides)), "numpy")
-    assert plan.variant == TILED
+    assert _variant(x, y) == TILED
     np.testing.assert_array_equal(jitops.subtract(x, y), x - y)
     out = np.zeros(x.shape, x.dtype)
     np.testing.assert_array_equal(jitops.add(x, y, out=out), x + y)
@@ -198,8 +201,9 @@ def test_tiled_any_tile_shape(tile, rng, monkeypatch):
     backend.clear_launches()
 
 
-def test_tiled_in_place_over_its_own_transpose(rng):
+def test_tiled_in_place_over_its_own_transpose(rng, tile_every_width):
     a = rng.random((96, 96))
+    assert _variant(a, a.T) == TILED
     expect = a - a.T
     r = jitops.subtract(a, a.T, out=a)  # overlapping, not an alias: reads from a copy
     assert r is a
@@ -578,13 +582,14 @@ def test_header_checks_refuse_any_other_object_without_writing(rng):
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "float16", "float64", "complex64"])
-def test_tiled_staging_every_element_width(dtype, rng):
+def test_tiled_staging_every_element_width(dtype, rng, tile_every_width):
     """The staged input moves through registers in 8 x 8 blocks (kernels.transpose_block,
     one piece of IR per element width), the columns and rows past the last whole block
     element by element; inputs whose rows are not unit-stride are staged element by element.
     """
     x = (rng.standard_normal((83, 70)) * 9).astype(dtype)
     y = (rng.standard_normal((70, 83)) * 9).astype(dtype)
+    assert _variant(x.T, y) == TILED
     for xt in (x.T, x[::-1].T, x[:, ::2].T, x[1:-3, 5:].T):
         yv = y[: xt.shape[0], : xt.shape[1]]
         np.testing.assert_array_equal(jitops.add(xt, yv), np.add(xt, yv))
@@ -604,7 +609,7 @@ def _at(rng, shape, dtype, skip):
 
 
 @pytest.mark.parametrize("dtype", ["int8", "float32", "float64", "complex128"])
-def test_tiles_move_onto_cache_lines_at_every_offset(dtype, rng):
+def test_tiles_move_onto_cache_lines_at_every_offset(dtype, rng, tile_every_width):
     """Tiled tasks move their tile edges onto out's and the staged input's cache lines
     (kernels.tile_shifts): the first band of tiles is short and a spare one may be empty.
     Every element is still written once, for data starting anywhere in a line, in tiles
@@ -615,6 +620,7 @@ def test_tiles_move_onto_cache_lines_at_every_offset(dtype, rng):
         for k in range(0, per_line, max(1, per_line // 8)):
             x = _at(rng, (n, m), dtype, k)  # x.T is m x n, unit-stride down the rows
             y = _at(rng, (m, n), dtype, (k + 3) % per_line)
+            assert _variant(x.T, y) == TILED
             out = _at(rng, (m, n), dtype, (k + 5) % per_line)
             np.testing.assert_array_equal(jitops.subtract(x.T, y, out=out), x.T - y)
             np.testing.assert_array_equal(jitops.subtract(y, x.T), y - x.T)

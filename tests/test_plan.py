@@ -176,6 +176,29 @@ def test_transposed_out_is_tiled_too():
     assert p.variant == TILED
 
 
+@pytest.mark.parametrize("dtype, side, tiled", [
+    ("int8", 100, True), ("float16", 100, True), ("float32", 100, True), ("float32", 1000, True),
+    ("float64", 100, False), ("float64", 180, False), ("float64", 1000, False),
+    ("float64", 128, True), ("float64", 1024, True),  # a row's step a multiple of 1024 bytes
+    ("float64", 2000, True), ("float64", 1500, True),  # 16 MiB and more
+    ("complex64", 100, False), ("complex64", 128, True),
+    ("complex128", 100, False), ("complex128", 1000, False), ("complex128", 4000, False),
+    ("complex128", 256, True), ("complex128", 512, True),
+    ("complex128", 1024, False),  # aliased, but 16 MiB: strided won there
+])
+def test_wide_elements_tile_only_where_it_paid(dtype, side, tiled):
+    """With the elements' sizes, ``X.T - Y`` tiles for 1-4 byte elements at every size, and
+    for wider ones only where tiling beat the strided walk when measured (plan.ALIAS_BYTES):
+    the transposed step a multiple of 1024 bytes (below 16 MiB for 16-byte elements), or
+    8-byte elements over 16 MiB. The same rule holds for a transposed out."""
+    w = np.dtype(dtype).itemsize
+    shapes, c, t = ((side, side),) * 2, (side, 1), (1, side)
+    want = TILED if tiled else STRIDED
+    assert make_plan(shapes, (t, c), "numpy", -1, None, (w, w, w)).variant == want
+    assert make_plan(shapes, (c, c), "numpy", -1, t, (w, w, w)).variant == want
+    assert make_plan(shapes, (t, c), "numpy").variant == TILED  # sizes unknown: tiled
+
+
 def test_small_or_thin_mixed_layouts_stay_strided():
     # a tile would not fit twice along a dim: the plain strided rows are as good
     x = np.empty((8, 4096))

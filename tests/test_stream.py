@@ -186,7 +186,8 @@ def test_broadcast_rows_and_the_parallel_kernel(stream_everything):
 
 
 @pytest.mark.parametrize("dtype", ["bool", "int8", "int16", "float16", "float32", "float64"])
-def test_transposes_stream_their_tile_rows_at_every_output_alignment(stream_everything, dtype):
+def test_transposes_stream_their_tile_rows_at_every_output_alignment(stream_everything, dtype,
+                                                                  tile_every_width):
     """A tiled task streams each tile row of out after staging the transposed input: rows of
     TILE_J elements and a partial last tile, starting at every alignment (rows of an odd
     length move the start of each one), serial and parallel-sized, either operand

@@ -251,10 +251,14 @@ def in_place(mem: Memory, a) -> bool:
             and mem.address(a) % dt.alignment == 0)
 
 
-def _plan_of(mem: Memory, arrays, mode: str, axis: int, out_strides=None) -> Plan:
+def _plan_of(mem: Memory, arrays, mode: str, axis: int, result: np.dtype,
+             out_strides=None) -> Plan:
     shapes = tuple(mem.shape(a) for a in arrays)
-    strides = tuple(element_strides(mem.strides(a), mem.dtype(a).itemsize) for a in arrays)
-    return make_plan(shapes, strides, mode, axis, out_strides)
+    dtypes = tuple(mem.dtype(a) for a in arrays)
+    strides = tuple(element_strides(mem.strides(a), dt.itemsize)
+                    for a, dt in zip(arrays, dtypes))
+    return make_plan(shapes, strides, mode, axis, out_strides,
+                     (result.itemsize, *(dt.itemsize for dt in dtypes)))
 
 
 def check_out(mem: Memory, out, shape, dtype: np.dtype, fname: str) -> None:
@@ -347,7 +351,7 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
             v = mem.from_host(v)
         inputs.append(mem.ready(v))
 
-    plan = _plan_of(mem, inputs, mode, axis)
+    plan = _plan_of(mem, inputs, mode, axis, dt.result)
     target = out
     if out is not None:
         check_out(mem, out, plan.out_shape, dt.result, fname)
@@ -357,7 +361,7 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
         # it is written); any other overlap reads from a copy (CuPy's _copy_in_args_if_needed).
         inputs = [mem.copy(a) if overlaps(mem, target, a) and not same_view(mem, target, a)
                   else a for a in inputs]
-        plan = _plan_of(mem, inputs, mode, axis,
+        plan = _plan_of(mem, inputs, mode, axis, dt.result,
                         element_strides(mem.strides(target), dt.result.itemsize))
     if kop == "trunc_divide" and plan.size and mem.any_zero(inputs[1]):
         raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
