@@ -409,7 +409,7 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
         # so does the meta the compiled entry reads
         size = math.prod(target.shape)
         if threads == 1 and launch.parallel:  # (a serial launch was verified when it ran)
-            fastcall.verify(launch, target, x, y)
+            fastcall.verify(launch, target, x, y, out is None)
         natives = (fastcall.bind(launch.task, meta, size),
                    fastcall.bind(launch.task, meta, size, (target.dtype, target.shape))
                    if out is None and launch.makes_c_order() else None) \
@@ -437,7 +437,7 @@ def _asleep_entries(launch, target, x, y, out, size: int) -> tuple:
     meta = cpu.header_checks(launch, (target, x, y), 1)
     if meta is None:
         return (None,) * 5
-    fastcall.verify(launch, target, x, y)
+    fastcall.verify(launch, target, x, y, out is None)
     makes = (target.dtype, target.shape) if out is None and launch.makes_c_order() else None
     serial, waking = ((fastcall.bind(launch.task, meta, size, None, wake),
                        fastcall.bind(launch.task, meta, size, makes, wake) if makes else None)
@@ -568,7 +568,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
                 _REPEATS.clear()
             _FAST[key] = launch
             if isinstance(launch, cpu.Launch) and launch.direct is not None:  # once: verified
-                fastcall.verify(launch, call.target, *call.inputs)
+                fastcall.verify(launch, call.target, *call.inputs, call.out is None)
         result = call.finish(cpu.MEMORY)
         if host is not None and host.wrap is not None:
             return host.wrap(result)

@@ -239,7 +239,8 @@ def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0):
     ``dtype`` must outlive ``f``); with ``wake`` (a pool's control block, which outlives
     every entry) the entry wakes that pool's sleeping workers first. None where the hook is
     off or not yet verified (:func:`verify`)."""
-    if not _VERIFIED or not hooks.ok("fastcall"):
+    if not _VERIFIED or (result is not None and "new" not in _VERIFIED) \
+            or not hooks.ok("fastcall"):
         return None
     return _new(_block(task, meta, size, result, wake))
 
@@ -256,8 +257,9 @@ def _check() -> bool:
     return True
 
 
-#: Whether :func:`verify` has run an entry against Numba's wrapper (and found them equal).
-_VERIFIED: list = []
+#: The entry's paths :func:`verify` has run against Numba's wrapper and found equal: ``out``
+#: (``f(out, x, y)``) and ``new`` (``f(x, y)``, making the result).
+_VERIFIED: set[str] = set()
 
 
 def _like(a: np.ndarray) -> np.ndarray:
@@ -267,15 +269,20 @@ def _like(a: np.ndarray) -> np.ndarray:
     return np.ndarray(a.shape, a.dtype, buffer=buf, offset=-lo, strides=a.strides)
 
 
-def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
-    """Once per process, on the first serial launch the fast path keeps: run the entry bound
-    to it and Numba's wrapper on the same operands into fresh arrays of ``target``'s layout
-    (and, where the launch makes C-ordered results, the entry's own new result), and compare
-    the bytes and statuses; refused arguments (none, too many, another object, a read-only
-    out) must come back as statuses with nothing written. Any difference turns the hook off
-    (:func:`jitops.cpu.hooks.fail`). Costs a few microseconds, and the entry's compile (or
-    its load from the disk cache) the first time."""
-    if _VERIFIED or not hooks.ok("fastcall"):
+def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result: bool) -> None:
+    """Once per process and path, on the first serial launch the fast path keeps: run the entry
+    bound to it and Numba's wrapper on the same operands into fresh arrays of ``target``'s
+    layout (and, for a call that made its result, where the launch makes C-ordered results,
+    the entry's own new result), and compare the bytes and statuses; refused arguments (none,
+    too many, another object, a read-only out) must come back as statuses with nothing
+    written. Any difference turns the hook off (:func:`jitops.cpu.hooks.fail`). Costs a few
+    microseconds, and the entry's compile (or its load from the disk cache) the first time.
+
+    The new-result path is checked on a call that made its result: the launch of an ``out=``
+    call is planned for that out's layout, which a new result need not share (``out=o[::2]``
+    refuses a C-ordered result, as it should)."""
+    makes = new_result and launch.makes_c_order()
+    if ("new" if makes else "out") in _VERIFIED or not hooks.ok("fastcall"):
         return
     try:
         meta_of = launch.metas.build(threads=1)
@@ -283,7 +290,6 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
         status = launch.entry(launch.task, id(want), id(x), id(y),
                               meta_of.__array_interface__["data"][0])
         meta = kernels.header_checks(meta_of, (got, x, y))
-        makes = launch.makes_c_order()
         size = int(np.prod(target.shape))
         f = _new(_block(launch.task, meta, size, (got.dtype, got.shape) if makes else None))
         g = _new(_block(launch.task, meta, RELEASE_GIL_FROM, None))  # gives the GIL back
@@ -314,4 +320,4 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray) -> None:
     if not ok:
         hooks.fail("fastcall", "its first run differed from Numba's wrapper")
         return
-    _VERIFIED.append(True)
+    _VERIFIED.update(("out", "new") if makes else ("out",))
