@@ -38,12 +38,13 @@ UNROLL = 4
 
 
 def _jit(fn):
-    if not SIMULATOR:
-        rounding.install()  # before anything compiles: every multiply and add rounded apart
+    if SIMULATOR:
+        return cuda.jit(fn)
+    rounding.install()  # before anything compiles: every multiply and add rounded apart
     # without link-time optimisation: nvJitLink would generate the code again from NVVM's LTO
     # IR, fusing what -fma=0 kept apart; the kernels link nothing for LTO to inline
-    kernel = cuda.jit(fn) if SIMULATOR else cuda.jit(fn, lto=False)
-    if config.cache_enabled() and not SIMULATOR:
+    kernel = cuda.jit(fn, lto=False)
+    if config.cache_enabled():
         _enable_cache(kernel)
     return kernel
 
