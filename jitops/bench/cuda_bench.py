@@ -15,6 +15,7 @@ else: no number here is ever measured on the simulator.
 
 from __future__ import annotations
 
+import functools
 import statistics
 from collections.abc import Callable
 
@@ -36,7 +37,22 @@ def peak_bandwidth(dev) -> float:
     return 2 * clock_khz * 1e3 * bus_bits / 8
 
 
-def _time(fn: Callable[[], object], rounds: int) -> float:
+@functools.cache
+def _sleeper():
+    """A one-thread kernel that keeps the GPU busy for ``ms`` milliseconds."""
+    from numba import cuda
+
+    @cuda.jit
+    def sleep(ms):
+        for _ in range(ms):
+            cuda.nanosleep(1_000_000)
+
+    return sleep
+
+
+def _time(fn: Callable[[], object], rounds: int, queued: int = 0) -> float:
+    """Median time of one call, between events: alone on an idle GPU, or with ``queued``
+    calls issued while the GPU sleeps (the kernel's time alone)."""
     from numba import cuda
 
     start, stop = cuda.event(), cuda.event()
@@ -44,49 +60,14 @@ def _time(fn: Callable[[], object], rounds: int) -> float:
     cuda.synchronize()
     times = []
     for _ in range(rounds):
+        if queued:
+            _sleeper()[1, 1](20)  # 20 ms: far longer than issuing the calls takes
         start.record()
-        fn()
-        stop.record()
-        stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3)
-    return statistics.median(times)
-
-
-_SLEEP = None
-
-
-def _sleeper():
-    """A one-thread kernel that keeps the GPU busy for ``ms`` milliseconds."""
-    global _SLEEP
-    if _SLEEP is None:
-        from numba import cuda
-
-        @cuda.jit
-        def sleep(ms):
-            for _ in range(ms):
-                cuda.nanosleep(1_000_000)
-
-        _SLEEP = sleep
-    return _SLEEP
-
-
-def _kernel_time(fn: Callable[[], object], rounds: int, queued: int = 4) -> float:
-    """GPU time of one call: ``queued`` calls issued while the GPU sleeps, between events."""
-    from numba import cuda
-
-    sleep = _sleeper()
-    start, stop = cuda.event(), cuda.event()
-    fn()
-    cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        sleep[1, 1](20)  # 20 ms: far longer than issuing the calls takes
-        start.record()
-        for _ in range(queued):
+        for _ in range(queued or 1):
             fn()
         stop.record()
         stop.synchronize()
-        times.append(cuda.event_elapsed_time(start, stop) / 1e3 / queued)
+        times.append(cuda.event_elapsed_time(start, stop) / 1e3 / (queued or 1))
     return statistics.median(times)
 
 
@@ -138,7 +119,7 @@ def run(scale: float, progress) -> dict:
             tx, ty, to = (th.as_tensor(a, device="cuda") for a in (x, y, out))
             fns["torch"] = lambda: th.sub(tx, ty, out=to)
         t = {k: _time(f, rounds) for k, f in fns.items()}
-        g = {k: _kernel_time(f, rounds) for k, f in fns.items()}
+        g = {k: _time(f, rounds, queued=4) for k, f in fns.items()}
         rows.append({"key": key, "title": title, "median_s": t, "kernel_s": g,
                      "fraction_of_peak": moved / g["jitops"] / peak,
                      "ratios": {k: v / t["jitops"] for k, v in t.items() if k != "jitops"},
