@@ -334,6 +334,23 @@ def test_a_paddle_bfloat16_gpu_tensor_is_refused_before_cuda_reads_it():
         jitops.add(stand_in(), 1.0)
 
 
+@pytest.mark.parametrize("bit", ["conjugate", "negative"])
+def test_a_torch_gpu_tensor_with_a_lazy_bit_is_refused_before_cuda_reads_it(bit):
+    """PyTorch's CUDA array interface describes a conjugate or negative view's memory, not
+    its values: a tensor that says it is on a GPU with such a bit is refused by name."""
+    torch = pytest.importorskip("torch")
+
+    class OnGPU(torch.Tensor):
+        is_cuda = property(lambda self: True)
+
+    base = torch.tensor([1 + 2j, 3 - 1j])
+    t = (base.conj() if bit == "conjugate" else torch._neg_view(base)).as_subclass(OnGPU)
+    with pytest.raises(TypeError, match=f"its {bit} bit set.*resolve_"):
+        jitops.add(t, 1.0)
+    with pytest.raises(TypeError, match=f"its {bit} bit set"):
+        jitops.add(np.ones(2), np.ones(2), out=t)
+
+
 @pytest.mark.parametrize("name", ["add", "sub", "mul", "max", "min"])
 @pytest.mark.parametrize("xs, ys, axis", [((2, 3, 4, 5), (3, 4), 1), ((2, 3, 4, 5), (4, 5), -1),
                                           ((2, 3, 4), (2,), 0), ((2, 3, 4), (3, 1), 1)])

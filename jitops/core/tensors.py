@@ -200,9 +200,10 @@ class HostCall:
 
 
 def refuse_device_bits(operands: tuple, out, fname: str) -> None:
-    """A Paddle bfloat16 tensor on a GPU is refused (TypeError) before the CUDA backend reads
-    it: Paddle's CUDA array interface calls its words float16 (typestr ``<f2``), so they would
-    be computed as float16 values."""
+    """GPU tensors whose CUDA array interface misdescribes them are refused (TypeError) before
+    the CUDA backend reads them: a Paddle bfloat16 tensor (its interface calls its words
+    float16, typestr ``<f2``), and a PyTorch tensor with its conjugate or negative bit set (its
+    interface describes the memory, not the lazily conjugated or negated values)."""
     for v in (*operands, out):
         if _Paddle.owns(v) and str(v.dtype).endswith("bfloat16") \
                 and not v.place.is_cpu_place():
@@ -210,6 +211,13 @@ def refuse_device_bits(operands: tuple, out, fname: str) -> None:
                             f"Paddle's CUDA array interface calls its words float16; jitops "
                             f"computes bfloat16 on the CPU only (cast it to float32 on the GPU, "
                             f"or move it to the CPU)")
+        if _Torch.owns(v) and v.is_cuda and (v.is_conj() or v.is_neg()):
+            bit = "conjugate" if v.is_conj() else "negative"
+            raise TypeError(f"jitops.{fname}: a torch.Tensor on {v.device} with its {bit} bit "
+                            f"set: its CUDA array interface describes the memory without it, "
+                            f"so jitops would compute on the values before the "
+                            f"{'conjugation' if bit == 'conjugate' else 'negation'}; pass "
+                            f"{'.resolve_conj()' if bit == 'conjugate' else '.resolve_neg()'}")
 
 
 def unwrap(operands: tuple, out, fname: str) -> HostCall | None:

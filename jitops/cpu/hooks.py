@@ -59,6 +59,9 @@ hook                  relies on, and what it buys (measured)      without it
                       call, a new result 0.31 against 0.95 us
 ====================  ==========================================  =================================
 
+The CUDA backend's two hooks live beside their code, with the same switch and one warning
+each: ``nvvm_fma`` (jitops.cuda.rounding) and ``cuda_launch`` (jitops.cuda.repeat).
+
 Never more than this module and the modules that ask it (``ok(name)``) touch these
 interfaces; a test reads the table above and forces each hook off in turn
 (tests/test_hooks.py).
@@ -79,8 +82,7 @@ _CHECKS: dict[str, tuple[Callable[[], bool], str]] = {}
 
 
 def disabled() -> set[str]:
-    """The hooks JITOPS_DISABLE_HOOKS names (``all`` for every one; jitops.cuda.rounding's
-    too)."""
+    """The hooks JITOPS_DISABLE_HOOKS names (``all`` for every one; the CUDA backend's too)."""
     names = {n.strip() for n in os.environ.get("JITOPS_DISABLE_HOOKS", "").split(",")}
     return {n for n in names if n}
 

@@ -72,18 +72,23 @@ _FLAGS: dict[int, object] = {}
 
 
 class _Described:
-    """What a CUDA array's interface says (or, under the simulator, its host view's)."""
+    """What a CUDA array's interface says (or, under the simulator, its host view's): dtype,
+    shape, byte strides, address, whether it may be written, the stream its CAI declares."""
 
-    __slots__ = ("dtype", "shape", "strides", "address", "writeable")
+    __slots__ = ("dtype", "shape", "strides", "address", "writeable", "stream", "masked")
 
     def __init__(self, a):
         h = _host(a)
         if h is not None:
             self.dtype, self.shape, self.strides = h.dtype, tuple(h.shape), tuple(h.strides)
             self.address = h.__array_interface__["data"][0]
-            self.writeable = bool(h.flags.writeable)
+            cai = {} if hasattr(a, "_ary") else arrays.interface(a)  # host memory posing
+            self.writeable = bool(h.flags.writeable) and not cai.get("data", (0, False))[1]
+            self.stream, self.masked = cai.get("stream"), cai.get("mask") is not None
             return
         cai = arrays.interface(a)
+        self.stream = cai.get("stream")
+        self.masked = cai.get("mask") is not None
         self.dtype = np.dtype(cai["typestr"])  # a torch dtype is not NumPy's
         self.shape = tuple(cai["shape"])
         st = cai.get("strides")
@@ -107,6 +112,11 @@ class CudaMemory:
                                                                   waits)
         self._stream_obj = None
         self._described: dict[int, tuple[object, _Described]] = {}
+        #: This call's launches, as (kernel, blocks, threads per block, arguments): what
+        #: jitops.cuda.repeat remembers of a call it can launch again.
+        self.launched: list[tuple] = []
+        #: Whether the call read an operand's values on the host's behalf (the zero check).
+        self.read_values = False
 
     # -- reading arrays ------------------------------------------------------------------------
     # Each operand's interface is read once a call (a numba array builds its CAI dict anew at
@@ -121,6 +131,10 @@ class CudaMemory:
         if got is None or got[0] is not a:
             got = self._described[id(a)] = (a, _Described(a))
         return got[1]
+
+    def know(self, a, d: _Described) -> None:
+        """Take ``d`` as what ``a`` describes for this call (read once already)."""
+        self._described[id(a)] = (a, d)
 
     def dtype(self, a) -> np.dtype:
         return self.described(a).dtype
@@ -226,6 +240,7 @@ class CudaMemory:
         if flag is None:
             flag = _FLAGS[self.device] = cuda.mapped_array(1, np.int32)
         flag[0] = 0
+        self.read_values = True
         span, base = _flat(self, a)
         dt = self.dtype(a)
         st = element_strides(self.strides(a), dt.itemsize)
@@ -295,24 +310,30 @@ def _shape_arg(plan, blocks: int, tpb: int, per_thread: int = 1) -> tuple:
 def _launch(name: str, blocks: int, tpb: int, mem: CudaMemory, args) -> None:
     """Every launch goes through here: on the call's stream, recorded in :data:`LAUNCHES`."""
     LAUNCHES.append((name, mem.device, mem.stream))
+    mem.launched.append((name, blocks, tpb, args))
     kernels.KERNELS[name][blocks, tpb, mem.stream_obj](*args)
 
 
-def _run(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> None:
-    """Launch ``spec`` over ``plan`` for CUDA arrays ``out`` and ``inputs``."""
+def launch_args(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> tuple:
+    """(kernel, blocks, threads per block, arguments) of ``spec`` over ``plan`` for CUDA
+    arrays ``out`` and ``inputs``."""
     n = plan.size
     flats = [_flat(mem, a) for a in (out, *inputs)]
     starts = tuple(b + o for (_, b), o in zip(flats, plan.iter_offsets))
     spans = [f for f, _ in flats]
-    if plan.variant == CONTIG and len(plan.iter_shape) == 1 and not any(starts):
-        blocks, tpb = kernels.launch_config(n, kernels.UNROLL)
-        _launch("contig", blocks, tpb, mem, (spec, spans[0], tuple(spans[1:]), n))
-        return
     blocks, tpb = kernels.launch_config(n, kernels.UNROLL)
+    if plan.variant == CONTIG and len(plan.iter_shape) == 1 and not any(starts):
+        return "contig", blocks, tpb, (spec, spans[0], tuple(spans[1:]), n)
     shape = _shape_arg(plan, blocks, tpb, kernels.UNROLL)
     strides = [tuple(int(s) for s in st) for st in plan.iter_strides]
-    _launch("strided", blocks, tpb, mem,
+    return ("strided", blocks, tpb,
             (spec, spans[0], tuple(spans[1:]), shape, strides[0], tuple(strides[1:]), starts, n))
+
+
+def _run(mem: CudaMemory, spec: CudaSpec, plan, out, *inputs) -> None:
+    """Launch ``spec`` over ``plan`` for CUDA arrays ``out`` and ``inputs``."""
+    name, blocks, tpb, args = launch_args(mem, spec, plan, out, *inputs)
+    _launch(name, blocks, tpb, mem, args)
 
 
 def memory(device, operands, out, fname: str) -> CudaMemory:
@@ -341,7 +362,13 @@ def memory(device, operands, out, fname: str) -> CudaMemory:
             streams.append(s)
     first = next((v for v in operands if _device.is_cuda_array(v)), out)
     rkind = arrays.kind(first) if first is not None else "numba"
-    return CudaMemory(dev, streams[0] if streams else None, rkind, tuple(streams[1:]))
+    mem = CudaMemory(dev, streams[0] if streams else None, rkind, tuple(streams[1:]))
+    for v in cuda_ops:
+        if mem.described(v).masked:  # CAI's mask: part of the array's meaning
+            raise TypeError(f"jitops.{fname}: a {type(v).__module__}.{type(v).__qualname__} "
+                            f"whose CUDA Array Interface has a mask; jitops would drop it "
+                            f"(pass the unmasked data, and apply the mask yourself)")
+    return mem
 
 
 def on_device(mem: CudaMemory):

@@ -1,0 +1,254 @@
+"""Repeated ``out=`` calls on CUDA arrays, launched again without the pipeline.
+
+A CUDA call's launch (kernel, grid, arguments, stream, GPU) is a function of the op, its
+``broadcast``, ``axis``, ``act`` and ``device`` arguments, and of what each operand says of
+itself: its CUDA Array Interface (dtype, shape, strides, address, read-only flag), its library,
+and the stream that library works on now. A call is remembered under exactly those when:
+
+* it has ``out=``, and every operand is an array of Numba, CuPy or PyTorch (their own types,
+  no subclass);
+* it needed no copy, no zero check and one stream.
+
+A later call with the same key launches the same kernel again, with no dtype resolution, no
+planning and no allocation. The key pins every address the launch reads or writes, and the
+caller holds those arrays, so that memory is alive. Nothing of the arrays themselves is kept:
+the memo never holds GPU memory.
+
+The launch itself goes one of two ways:
+
+* **public**: the arguments are made again from the arrays, and the kernel is launched
+  through numba-cuda's dispatcher, which types every argument each time;
+* **the ``cuda_launch`` hook** (on a real GPU): numba-cuda's own argument marshalling
+  (``_Kernel._prepare_args``) runs once, when the call is remembered. A repeat hands the
+  marshalled arguments to ``cuda.core.launch``, the call numba-cuda's ``_Kernel.launch``
+  ends in.
+
+The hook relies on these numba-cuda internals, checked once per process:
+
+* ``_Kernel.argument_types``, ``_prepare_args`` and ``_codelibrary.get_cufunc``;
+* the ``debug``, ``cooperative`` and ``extensions`` a plain kernel has;
+* the dispatcher's ``overloads`` and ``typeof_pyval``.
+
+``JITOPS_DISABLE_HOOKS=cuda_launch`` turns it off (a warning says so) and leaves the public
+launch. Measured on an H200 machine, host time of a repeated 1e3-element float32 subtract
+with ``out=`` on Numba arrays: 13-18 us with the hook, 130-170 us without it, 260-430 us
+planned afresh (PyTorch's ``torch.sub``: 5-9 us). The committed benchmark's *call* column
+(docs/performance.md, "On a GPU") is a repeat's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+
+from numba import cuda
+
+from . import arrays, backend, kernels
+from .spec import SIMULATOR
+
+#: The hook's name for JITOPS_DISABLE_HOOKS.
+NAME = "cuda_launch"
+#: Remembered launches at most (then forgotten all at once).
+MAX_ENTRIES = 1024
+
+_MEMO: dict[tuple, _Entry] = {}
+_MEMOABLE: dict[type, str | None] = {}
+_state: dict[str, str | None] = {}
+
+
+class _Entry:
+    """One remembered launch: where it runs, and how to launch it again."""
+
+    __slots__ = ("device", "stream", "stream_obj", "gpu", "name", "blocks", "tpb", "spec",
+                 "plan", "direct")
+
+    def __init__(self, mem, name, blocks, tpb, spec, plan, direct):
+        self.device, self.stream, self.stream_obj = mem.device, mem.stream, mem.stream_obj
+        self.gpu = contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
+        self.name, self.blocks, self.tpb, self.spec, self.plan = name, blocks, tpb, spec, plan
+        self.direct = direct
+
+
+def _memoable(t: type) -> str | None:
+    """The library of an array type whose calls may be remembered, else None."""
+    k = _MEMOABLE.get(t, "")
+    if k == "":
+        mod, name = t.__module__.split(".")[0], t.__name__
+        k = {"cupy": "ndarray", "torch": "Tensor"}.get(mod) == name and mod or None
+        if k is None and name in ("DeviceNDArray", "FakeCUDAArray") \
+                and mod in ("numba", "numba_cuda"):
+            k = "numba"
+        _MEMOABLE[t] = k
+    return k
+
+
+@functools.cache
+def _gpu_count() -> int:
+    return 1 if SIMULATOR else len(cuda.gpus)
+
+
+def _part(v, k: str, streams: dict):
+    """An operand's part of a key: what the pipeline would read of it (its interface, its
+    library's current stream), or None where the pipeline refuses it."""
+    t = type(v)
+    if SIMULATOR:
+        d = backend._Described(v)
+        return None if d.masked else (t, d.dtype, d.shape, d.strides, d.address, d.writeable,
+                                      d.stream)
+    if k == "torch":
+        if v.requires_grad or v.is_conj() or v.is_neg() or not v.is_cuda \
+                or v.layout is not _torch_strided():
+            return None
+        gpu = v.device.index
+    elif k == "cupy":
+        gpu = v.device.id
+    else:
+        cai = v.__cuda_array_interface__
+        if cai.get("mask") is not None:
+            return None
+        return (t, cai["typestr"], cai["shape"], cai["strides"], cai["data"], cai.get("stream"),
+                arrays.device_of(v) if _gpu_count() > 1 else 0)
+    stream = streams.get((k, gpu))
+    if stream is None:
+        stream = streams[k, gpu] = arrays.current_stream(k, gpu)
+    if k == "torch":
+        return (t, v.dtype, v.shape, v.stride(), v.data_ptr(), gpu, stream)
+    return (t, v.dtype, v.shape, v.strides, v.data.ptr, gpu, stream)
+
+
+@functools.cache
+def _torch_strided():
+    import torch
+
+    return torch.strided
+
+
+def key(op, fname: str, broadcast, axis, act, device, operands: tuple, out) -> tuple | None:
+    """The key a call with ``out=`` may have been remembered under, or None where it is not
+    one to remember. The arguments are as the caller gave them (types included: ``axis=1``
+    and ``axis=True`` are different calls)."""
+    parts = [op, fname, type(broadcast), broadcast, type(axis), axis, type(act), act,
+             type(device), device]
+    streams: dict = {}
+    try:
+        for v in (*operands, out):
+            k = _memoable(type(v))
+            part = None if k is None else _part(v, k, streams)
+            if part is None:
+                return None
+            parts.append(part)
+        found = tuple(parts)
+        hash(found)
+    except Exception:  # an unhashable argument, an attribute that refuses: the pipeline says
+        return None
+    return found
+
+
+def launch_again(found: tuple, operands: tuple, out) -> bool:
+    """Launch the call remembered under ``found`` (from :func:`key`); False where none is."""
+    e = _MEMO.get(found)
+    if e is None:
+        return False
+    backend.LAUNCHES.append((e.name, e.device, e.stream))
+    if e.direct is not None:
+        if _gpu_count() == 1:  # one GPU: its primary context is almost always current
+            try:
+                e.direct()
+                return True
+            except Exception:  # none current on this thread (or another): launch in it
+                pass
+        with e.gpu:
+            e.direct()
+        return True
+    with e.gpu:
+        mem = backend.CudaMemory(e.device, e.stream, "numba")
+        mem._stream_obj = e.stream_obj
+        name, blocks, tpb, args = backend.launch_args(mem, e.spec, e.plan, out, *operands)
+        kernels.KERNELS[name][blocks, tpb, e.stream_obj](*args)
+    return True
+
+
+def remember(found, call, mem) -> None:
+    """Keep the launch of a call just made, where it may be made again as it was."""
+    if found is None or call.out is None or not call.as_given or call.target is not call.out \
+            or mem.waits or mem.read_values or len(mem.launched) != 1:
+        return
+    name, blocks, tpb, args = mem.launched[0]
+    direct = _direct(name, blocks, tpb, args, mem.stream_obj) if hook_ok() else None
+    if len(_MEMO) >= MAX_ENTRIES:
+        _MEMO.clear()
+    _MEMO[found] = _Entry(mem, name, blocks, tpb, args[0], call.plan, direct)
+
+
+def forget() -> None:
+    """Forget every remembered launch (tests; a new process starts empty)."""
+    _MEMO.clear()
+
+
+# -- the cuda_launch hook ----------------------------------------------------------------------
+
+
+def _why_not() -> str | None:
+    from ..cpu.hooks import disabled
+
+    off = disabled()
+    if NAME in off or "all" in off:
+        return "turned off by JITOPS_DISABLE_HOOKS"
+    if SIMULATOR:
+        return "Numba's CUDA simulator launches no kernels"
+    from numba.cuda import dispatcher
+    from numba.cuda.cudadrv import driver
+
+    kernel = getattr(dispatcher, "_Kernel", None)
+    if not (callable(getattr(dispatcher, "launch", None))
+            and callable(getattr(driver, "_to_core_stream", None))
+            and callable(getattr(dispatcher, "LaunchConfig", None))
+            and callable(getattr(kernel, "_prepare_args", None))
+            and callable(getattr(kernels.contig, "typeof_pyval", None))
+            and isinstance(getattr(kernels.contig, "overloads", None), dict)):
+        return "numba-cuda's _Kernel, dispatcher.launch or LaunchConfig moved"
+    return None
+
+
+def hook_ok() -> bool:
+    """Whether repeats launch through the ``cuda_launch`` hook (checked once; a failed check
+    warns once and leaves numba-cuda's dispatcher)."""
+    if NAME not in _state:
+        try:
+            why = _why_not()
+        except Exception as e:  # an import or attribute that moved
+            why = f"{type(e).__name__}: {e}"
+        _state[NAME] = why
+        if why is not None and not SIMULATOR:
+            warnings.warn(f"jitops: {NAME} is unavailable ({why}); using numba-cuda's "
+                          f"dispatcher for every launch instead (slower where it matters, "
+                          f"never wrong)", RuntimeWarning, stacklevel=3)
+    return _state[NAME] is None
+
+
+def _direct(name: str, blocks: int, tpb: int, args: tuple, stream):
+    """The launch of ``args`` as a callable of no arguments, marshalled now by numba-cuda's
+    own ``_prepare_args``; None where the kernel is not a plain one (then the dispatcher)."""
+    from numba.cuda import dispatcher as nd
+    from numba.cuda.cudadrv import driver
+
+    try:
+        disp = kernels.KERNELS[name]
+        kernel = disp.overloads.get(tuple(disp.typeof_pyval(a) for a in args))
+        if kernel is None or kernel.debug or kernel.cooperative or kernel.extensions:
+            return None
+        retr: list = []
+        kernelargs: list = []
+        for t, v in zip(kernel.argument_types, args):
+            kernel._prepare_args(t, v, stream, retr, kernelargs)
+        if retr:  # a write-back: never for device arrays
+            return None
+        config = nd.LaunchConfig(grid=(blocks, 1, 1), block=(tpb, 1, 1), shmem_size=0)
+        return functools.partial(nd.launch, driver._to_core_stream(stream), config,
+                                 kernel._codelibrary.get_cufunc().kernel, *kernelargs)
+    except Exception as e:  # numba-cuda changed under us: the dispatcher from now on
+        _state[NAME] = f"{type(e).__name__}: {e}"
+        warnings.warn(f"jitops: {NAME} is unavailable ({_state[NAME]}); using numba-cuda's "
+                      f"dispatcher for every launch instead", RuntimeWarning, stacklevel=3)
+        return None

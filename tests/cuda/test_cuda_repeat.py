@@ -1,0 +1,192 @@
+"""Repeated ``out=`` calls on CUDA arrays (jitops.cuda.repeat): launched again without the
+pipeline, on the values the arrays hold now, and only where the pipeline would have made the
+very same launch.
+
+Runs on a real GPU (where repeats go through the ``cuda_launch`` hook) and on the simulator
+(numba-cuda's dispatcher), like the rest of tests/cuda.
+"""
+
+import gc
+import weakref
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops.core.device import cuda_unavailable_reason
+
+if cuda_unavailable_reason() is not None:
+    pytest.skip("neither a GPU nor the CUDA simulator is available", allow_module_level=True)
+
+from numba import cuda  # noqa: E402
+
+from jitops import dispatch  # noqa: E402
+from jitops.cuda import backend, repeat  # noqa: E402
+from jitops.cuda.spec import SIMULATOR  # noqa: E402
+
+from .test_cuda_interop import ForeignArray  # noqa: E402
+
+sim_only = pytest.mark.skipif(not SIMULATOR, reason="host memory posing as a CUDA array")
+
+
+@pytest.fixture(autouse=True)
+def empty_memo():
+    repeat.forget()
+    yield
+    repeat.forget()
+
+
+def no_pipeline(monkeypatch):
+    """From now on a call that reaches the pipeline fails the test."""
+    monkeypatch.setattr(dispatch, "prepare", lambda *a, **k: pytest.fail("planned again"))
+
+
+def test_a_repeat_skips_the_pipeline_and_reads_the_new_values(rng, monkeypatch):
+    x = rng.standard_normal((64, 48)).astype(np.float32)
+    y = rng.standard_normal(48).astype(np.float32)
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    out = cuda.device_array((64, 48), np.float32)
+    assert jitops.subtract(dx, dy, out=out) is out
+    assert len(repeat._MEMO) == 1
+    no_pipeline(monkeypatch)
+    for _ in range(3):
+        x = rng.standard_normal(x.shape).astype(np.float32)
+        dx.copy_to_device(x)  # new values at the same address
+        assert jitops.subtract(dx, dy, out=out) is out
+        np.testing.assert_array_equal(out.copy_to_host(), x - y)
+        assert backend.LAUNCHES[-1][0] == "strided"
+    # the same arrays in another op, or with act=: each its own launch, planned once
+    monkeypatch.undo()
+    jitops.add(dx, dy, act="relu", out=out)
+    jitops.add(dx, dy, act="relu", out=out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.maximum(x + y, 0))
+    assert len(repeat._MEMO) == 2
+
+
+def test_an_alias_of_an_input_repeats_in_place(rng, monkeypatch):
+    x = rng.standard_normal(1000)
+    y = rng.standard_normal(1000)
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    jitops.add(dx, dy, out=dx)
+    no_pipeline(monkeypatch)
+    jitops.add(dx, dy, out=dx)
+    jitops.add(dx, dy, out=dx)
+    np.testing.assert_array_equal(dx.copy_to_host(), ((x + y) + y) + y)
+
+
+def test_each_view_of_a_buffer_is_its_own_launch(rng):
+    x = rng.standard_normal((16, 20)).astype(np.float32)
+    buf = cuda.device_array((16, 20), np.float32)
+    dx = cuda.to_device(x)
+    for _ in range(2):
+        for k in (slice(None, None, 2), slice(1, None, 2), slice(None, None, -1)):
+            jitops.multiply(dx[k], dx[k], out=buf[k])
+            np.testing.assert_array_equal(buf.copy_to_host()[k], x[k] * x[k])
+    assert len(repeat._MEMO) == 3
+
+
+def test_what_is_never_remembered(rng):
+    x = rng.standard_normal(64)
+    dx = cuda.to_device(x)
+    out = cuda.device_array(64)
+    jitops.add(dx, dx)  # a new result
+    jitops.add(dx, 2.0, out=out)  # a Python scalar (uploaded each call)
+    jitops.add(dx[1:], dx[:-1], out=out[:-1])
+    assert len(repeat._MEMO) == 1  # only the last: every operand a CUDA array, out= given
+    repeat.forget()
+    # a partial overlap of out and an input: read from a copy, as NumPy does; each time
+    d = cuda.to_device(x)
+    for _ in range(2):
+        before = d.copy_to_host()
+        jitops.add(d[1:], d[:-1], out=d[:-1])
+        np.testing.assert_array_equal(d.copy_to_host()[:-1], before[1:] + before[:-1])
+    assert not repeat._MEMO
+
+
+def test_a_zero_divisor_raises_after_repeats():
+    """The integer division's zero check reads the divisor's values: never remembered."""
+    x = cuda.to_device(np.arange(1, 9, dtype=np.int32))
+    y = cuda.to_device(np.full(8, 2, np.int32))
+    out = cuda.device_array(8, np.int32)
+    for _ in range(2):
+        jitops.elementwise_div(x, y, out=out)
+    assert not repeat._MEMO
+    y.copy_to_device(np.array([2, 2, 2, 0, 2, 2, 2, 2], np.int32))
+    with pytest.raises(ZeroDivisionError):
+        jitops.elementwise_div(x, y, out=out)
+
+
+def test_the_memo_holds_no_array(rng):
+    dx = cuda.to_device(rng.standard_normal(256))
+    out = cuda.device_array(256)
+    jitops.subtract(dx, dx, out=out)
+    jitops.subtract(dx, dx, out=out)
+    refs = [weakref.ref(dx), weakref.ref(out)]
+    del dx, out
+    gc.collect()
+    assert repeat._MEMO and all(r() is None for r in refs)
+
+
+def test_without_the_hook_the_dispatcher_launches_the_same(rng, monkeypatch):
+    x = rng.standard_normal((8, 300)).astype(np.float32)
+    dx = cuda.to_device(x)
+    out = cuda.device_array((8, 300), np.float32)
+    got = []
+    for state in ({}, {repeat.NAME: "turned off here"}):
+        repeat.forget()
+        monkeypatch.setattr(repeat, "_state", dict(state))
+        for _ in range(3):
+            jitops.maximum(dx, dx[0], out=out)
+        got.append(out.copy_to_host())
+        (entry,) = repeat._MEMO.values()
+        assert (entry.direct is None) == (bool(state) or SIMULATOR)
+    np.testing.assert_array_equal(got[0], np.maximum(x, x[0]))
+    np.testing.assert_array_equal(got[1], got[0])
+
+
+def test_the_hook_is_used_on_a_gpu_and_off_on_the_simulator():
+    monkey = repeat._state.pop(repeat.NAME, None)
+    try:
+        assert repeat.hook_ok() is (not SIMULATOR)
+        if SIMULATOR:
+            assert "simulator" in repeat._state[repeat.NAME]
+    finally:
+        if monkey is not None:
+            repeat._state[repeat.NAME] = monkey
+
+
+@sim_only
+def test_a_read_only_out_at_a_remembered_address_is_refused(rng, monkeypatch):
+    monkeypatch.setitem(repeat._MEMOABLE, ForeignArray, "numba")  # remembered like Numba's
+    buf = np.zeros(32)
+    x = ForeignArray(rng.standard_normal(32))
+    jitops.add(x, x, out=ForeignArray(buf))
+    jitops.add(x, x, out=ForeignArray(buf))
+    ro = buf.view()
+    ro.flags.writeable = False
+    assert len(repeat._MEMO) == 1
+    with pytest.raises(ValueError, match="read-only"):
+        jitops.add(x, x, out=ForeignArray(ro))
+
+
+@sim_only
+def test_another_stream_is_another_launch(monkeypatch):
+    monkeypatch.setitem(repeat._MEMOABLE, ForeignArray, "numba")  # remembered like Numba's
+    x = np.arange(6, dtype=np.float32)
+    out = np.zeros(6, np.float32)
+    for s in (0xA0, 0xB0, 0xA0, 0xB0):
+        jitops.add(ForeignArray(x, s), ForeignArray(x, s), out=ForeignArray(out, s))
+        assert backend.LAUNCHES[-1][2] == s
+    assert len(repeat._MEMO) == 2
+    np.testing.assert_array_equal(out, 2 * x)
+
+
+@sim_only
+def test_a_masked_interface_is_refused():
+    class Masked(ForeignArray):
+        @property
+        def __cuda_array_interface__(self):
+            return dict(super().__cuda_array_interface__, mask=self.a)
+
+    with pytest.raises(TypeError, match="has a mask"):
+        jitops.add(Masked(np.ones(3)), 1.0)
