@@ -540,10 +540,12 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
     (:mod:`jitops.core.tensors`); a 0-d result with no ``out`` is a NumPy scalar, as NumPy's
     ufuncs give."""
     found = None
-    if out is not None and _CUDA_REPEAT:  # once CUDA has run: a repeat launched as it was
+    if _CUDA_REPEAT:  # once CUDA has run: a repeat is launched as it was
         found = _CUDA_REPEAT[0].key(op, fname, broadcast, axis, act, device, operands, out)
-        if found is not None and _CUDA_REPEAT[0].launch_again(found, operands, out):
-            return out
+        if found is not None:
+            result = _CUDA_REPEAT[0].launch_again(found, operands, out)
+            if result is not None:
+                return result
     mode, axis, act = normalize(broadcast, axis, act, fname)
     parse(device)  # a malformed device= is refused whatever the operands
     always_array = out is Ellipsis  # NumPy 2's out=...: an array even from 0-d operands

@@ -1,18 +1,20 @@
-"""Repeated ``out=`` calls on CUDA arrays, launched again without the pipeline.
+"""Repeated calls on CUDA arrays, launched again without the pipeline.
 
 A CUDA call's launch (kernel, grid, arguments, stream, GPU) is a function of the op, its
 ``broadcast``, ``axis``, ``act`` and ``device`` arguments, and of what each operand says of
 itself: its CUDA Array Interface (dtype, shape, strides, address, read-only flag), its library,
-and the stream that library works on now. A call is remembered under exactly those when:
+and the stream that library works on now. A call is remembered under exactly those (and
+whether it has ``out=``) when:
 
-* it has ``out=``, and every operand is an array of Numba, CuPy or PyTorch (their own types,
-  no subclass);
+* every operand, and ``out`` where given, is an array of Numba, CuPy or PyTorch (their own
+  types, no subclass);
 * it needed no copy, no zero check and one stream.
 
-A later call with the same key launches the same kernel again, with no dtype resolution, no
-planning and no allocation. The key pins every address the launch reads or writes, and the
-caller holds those arrays, so that memory is alive. Nothing of the arrays themselves is kept:
-the memo never holds GPU memory.
+A later call with the same key launches the same kernel again, with no dtype resolution and
+no planning; a call without ``out=`` allocates its result as the first call did (same
+library, shape, strides and stream) and nothing else. The key pins every address the launch
+reads, and the caller holds those arrays, so that memory is alive. Nothing of the arrays
+themselves is kept: the memo never holds GPU memory.
 
 The launch itself goes one of two ways:
 
@@ -30,10 +32,21 @@ The hook relies on these numba-cuda internals, checked once per process:
 * the dispatcher's ``overloads`` and ``typeof_pyval``.
 
 ``JITOPS_DISABLE_HOOKS=cuda_launch`` turns it off (a warning says so) and leaves the public
-launch. Measured on an H200 machine, host time of a repeated 1e3-element float32 subtract
-with ``out=`` on Numba arrays: 13-18 us with the hook, 130-170 us without it, 260-430 us
-planned afresh (PyTorch's ``torch.sub``: 5-9 us). The committed benchmark's *call* column
-(docs/performance.md, "On a GPU") is a repeat's.
+launch. Host time of a repeated float32 subtract of 1e3 elements, measured on an H200
+machine (whose host's speed varied by 1.5x between runs):
+
+===========================  ==========  ============  ==============  =============
+arrays                       the hook    without it    planned anew    the library's
+===========================  ==========  ============  ==============  =============
+Numba, ``out=``              13-23 us    130-175 us    260-430 us      --
+PyTorch, ``out=``            22-25 us    240-360 us    370-620 us      5-9 us
+PyTorch, a new result        40-45 us    370-500 us    630-790 us      11 us
+CuPy, a new result           29-31 us    400-430 us    660-690 us      14-15 us
+===========================  ==========  ============  ==============  =============
+
+A new Numba array costs what numba-cuda's allocator costs (a synchronous ``cuMemAlloc``:
+0.3 ms for 40 MB). The committed benchmark's *call* column (docs/performance.md, "On a GPU")
+is a repeat's.
 """
 
 from __future__ import annotations
@@ -58,16 +71,45 @@ _state: dict[str, str | None] = {}
 
 
 class _Entry:
-    """One remembered launch: where it runs, and how to launch it again."""
+    """One remembered launch: where it runs, the result it allocates (``result``: the
+    arguments of ``CudaMemory.empty``, None with ``out=``), and how it is launched again:
+    ``launch`` is ``cuda.core.launch`` bound to the stream, grid and kernel (the hook), given
+    ``head``, the new result's address, then ``tail`` (``head`` alone with ``out=``); None
+    where the dispatcher launches it from ``spec`` and ``plan``."""
 
-    __slots__ = ("device", "stream", "stream_obj", "gpu", "name", "blocks", "tpb", "spec",
-                 "plan", "direct")
+    __slots__ = ("device", "stream", "stream_obj", "kind", "gpu", "name", "spec", "plan",
+                 "result", "launch", "head", "tail")
 
-    def __init__(self, mem, name, blocks, tpb, spec, plan, direct):
+    def __init__(self, mem, name, spec, plan, result, direct):
         self.device, self.stream, self.stream_obj = mem.device, mem.stream, mem.stream_obj
+        self.kind = mem.result_kind
         self.gpu = contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
-        self.name, self.blocks, self.tpb, self.spec, self.plan = name, blocks, tpb, spec, plan
-        self.direct = direct
+        self.name, self.spec, self.plan, self.result = name, spec, plan, result
+        self.launch, self.head, self.tail = direct if direct is not None else (None, (), ())
+
+    def memory(self):
+        mem = backend.CudaMemory(self.device, self.stream, self.kind)
+        mem._stream_obj = self.stream_obj
+        return mem
+
+    def again(self, operands: tuple, out):
+        """Launch again for these arrays; the result (``out``, or a new array)."""
+        mem = self.memory() if self.launch is None or self.result is not None else None
+        target = out if self.result is None else mem.empty(*self.result)
+        if self.launch is None:
+            name, blocks, tpb, args = backend.launch_args(mem, self.spec, self.plan, target,
+                                                          *operands)
+            kernels.KERNELS[name][blocks, tpb, self.stream_obj](*args)
+        elif self.result is None:
+            self.launch(*self.head)
+        else:
+            self.launch(*self.head, _ADDRESS[self.kind](target), *self.tail)
+        return target
+
+
+#: A result's device address, by its library (what its interface would say, read directly).
+_ADDRESS = {"torch": lambda a: a.data_ptr(), "cupy": lambda a: a.data.ptr,
+            "numba": lambda a: a.device_ctypes_pointer.value or 0}
 
 
 def _memoable(t: type) -> str | None:
@@ -125,19 +167,20 @@ def _torch_strided():
 
 
 def key(op, fname: str, broadcast, axis, act, device, operands: tuple, out) -> tuple | None:
-    """The key a call with ``out=`` may have been remembered under, or None where it is not
-    one to remember. The arguments are as the caller gave them (types included: ``axis=1``
-    and ``axis=True`` are different calls)."""
+    """The key a call may have been remembered under, or None where it is not one to
+    remember. The arguments are as the caller gave them (types included: ``axis=1`` and
+    ``axis=True`` are different calls)."""
     parts = [op, fname, type(broadcast), broadcast, type(axis), axis, type(act), act,
              type(device), device]
     streams: dict = {}
     try:
-        for v in (*operands, out):
+        for v in operands if out is None else (*operands, out):
             k = _memoable(type(v))
             part = None if k is None else _part(v, k, streams)
             if part is None:
                 return None
             parts.append(part)
+        parts.append(out is None)
         found = tuple(parts)
         hash(found)
     except Exception:  # an unhashable argument, an attribute that refuses: the pipeline says
@@ -145,40 +188,40 @@ def key(op, fname: str, broadcast, axis, act, device, operands: tuple, out) -> t
     return found
 
 
-def launch_again(found: tuple, operands: tuple, out) -> bool:
-    """Launch the call remembered under ``found`` (from :func:`key`); False where none is."""
+def launch_again(found: tuple, operands: tuple, out):
+    """Launch the call remembered under ``found`` (from :func:`key`) again: its result, or
+    None where none is remembered."""
     e = _MEMO.get(found)
     if e is None:
-        return False
+        return None
     backend.LAUNCHES.append((e.name, e.device, e.stream))
-    if e.direct is not None:
-        if _gpu_count() == 1:  # one GPU: its primary context is almost always current
-            try:
-                e.direct()
-                return True
-            except Exception:  # none current on this thread (or another): launch in it
-                pass
-        with e.gpu:
-            e.direct()
-        return True
+    if e.launch is not None and _gpu_count() == 1:
+        try:  # one GPU: its primary context is almost always current
+            return e.again(operands, out)
+        except Exception:  # none current on this thread (or another): launch in it
+            pass
     with e.gpu:
-        mem = backend.CudaMemory(e.device, e.stream, "numba")
-        mem._stream_obj = e.stream_obj
-        name, blocks, tpb, args = backend.launch_args(mem, e.spec, e.plan, out, *operands)
-        kernels.KERNELS[name][blocks, tpb, e.stream_obj](*args)
-    return True
+        return e.again(operands, out)
 
 
 def remember(found, call, mem) -> None:
     """Keep the launch of a call just made, where it may be made again as it was."""
-    if found is None or call.out is None or not call.as_given or call.target is not call.out \
-            or mem.waits or mem.read_values or len(mem.launched) != 1:
+    if found is None or not call.as_given or mem.waits or mem.read_values \
+            or len(mem.launched) != 1 or (call.out is not None and call.target is not call.out):
         return
     name, blocks, tpb, args = mem.launched[0]
-    direct = _direct(name, blocks, tpb, args, mem.stream_obj) if hook_ok() else None
+    result = None
+    if call.out is None:  # allocated again as prepare() allocated it
+        result = (call.plan.out_shape, call.dtypes.result, call.plan.out_strides)
+    direct = None
+    if hook_ok():
+        address = None if result is None else mem.address(call.target)
+        read = _ADDRESS.get(mem.result_kind)
+        if address is None or (read is not None and read(call.target) == address):
+            direct = _direct(name, blocks, tpb, args, mem.stream_obj, address)
     if len(_MEMO) >= MAX_ENTRIES:
         _MEMO.clear()
-    _MEMO[found] = _Entry(mem, name, blocks, tpb, args[0], call.plan, direct)
+    _MEMO[found] = _Entry(mem, name, args[0], call.plan, result, direct)
 
 
 def forget() -> None:
@@ -227,9 +270,11 @@ def hook_ok() -> bool:
     return _state[NAME] is None
 
 
-def _direct(name: str, blocks: int, tpb: int, args: tuple, stream):
-    """The launch of ``args`` as a callable of no arguments, marshalled now by numba-cuda's
-    own ``_prepare_args``; None where the kernel is not a plain one (then the dispatcher)."""
+def _direct(name: str, blocks: int, tpb: int, args: tuple, stream, address: int | None):
+    """(launch, head, tail) of a kernel launched with ``args``, marshalled now by numba-cuda's
+    own ``_prepare_args``: ``launch(*head)``, or with a new result (whose span is ``args[1]``,
+    starting at ``address``) ``launch(*head, its address, *tail)``. None where the kernel is
+    not a plain one or its marshalling is not as expected (then the dispatcher)."""
     from numba.cuda import dispatcher as nd
     from numba.cuda.cudadrv import driver
 
@@ -239,16 +284,26 @@ def _direct(name: str, blocks: int, tpb: int, args: tuple, stream):
         if kernel is None or kernel.debug or kernel.cooperative or kernel.extensions:
             return None
         retr: list = []
-        kernelargs: list = []
+        marshalled = []
         for t, v in zip(kernel.argument_types, args):
-            kernel._prepare_args(t, v, stream, retr, kernelargs)
+            one: list = []
+            kernel._prepare_args(t, v, stream, retr, one)
+            marshalled.append(one)
         if retr:  # a write-back: never for device arrays
             return None
         config = nd.LaunchConfig(grid=(blocks, 1, 1), block=(tpb, 1, 1), shmem_size=0)
-        return functools.partial(nd.launch, driver._to_core_stream(stream), config,
-                                 kernel._codelibrary.get_cufunc().kernel, *kernelargs)
+        launch = functools.partial(nd.launch, driver._to_core_stream(stream), config,
+                                   kernel._codelibrary.get_cufunc().kernel)
     except Exception as e:  # numba-cuda changed under us: the dispatcher from now on
         _state[NAME] = f"{type(e).__name__}: {e}"
         warnings.warn(f"jitops: {NAME} is unavailable ({_state[NAME]}); using numba-cuda's "
                       f"dispatcher for every launch instead", RuntimeWarning, stacklevel=3)
         return None
+    if address is None:
+        return launch, tuple(v for one in marshalled for v in one), ()
+    # an array is marshalled (meminfo, parent, size, itemsize, data, shape..., strides...)
+    o = marshalled[1]
+    if len(o) < 5 or o[4] != address:
+        return None
+    return (launch, (*marshalled[0], *o[:4]),
+            (*o[5:], *(v for one in marshalled[2:] for v in one)))

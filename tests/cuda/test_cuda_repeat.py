@@ -1,6 +1,6 @@
-"""Repeated ``out=`` calls on CUDA arrays (jitops.cuda.repeat): launched again without the
-pipeline, on the values the arrays hold now, and only where the pipeline would have made the
-very same launch.
+"""Repeated calls on CUDA arrays (jitops.cuda.repeat): launched again without the pipeline,
+on the values the arrays hold now, into ``out`` or a result allocated as the first call's,
+and only where the pipeline would have made the very same launch.
 
 Runs on a real GPU (where repeats go through the ``cuda_launch`` hook) and on the simulator
 (numba-cuda's dispatcher), like the rest of tests/cuda.
@@ -63,6 +63,29 @@ def test_a_repeat_skips_the_pipeline_and_reads_the_new_values(rng, monkeypatch):
     assert len(repeat._MEMO) == 2
 
 
+def test_a_new_result_is_allocated_again_as_the_first(rng, monkeypatch):
+    x = rng.standard_normal((40, 30)).astype(np.float32)
+    y = rng.standard_normal(30).astype(np.float32)
+    dx, dy = cuda.to_device(x), cuda.to_device(y)
+    for view in (np.s_[:, :], np.s_[::-1, ::2]):
+        first = jitops.subtract(dx[view], dy[view[1:]])
+        monkeypatch.setattr(dispatch, "prepare", lambda *a, **k: pytest.fail("planned again"))
+        results = []
+        for _ in range(3):
+            x = rng.standard_normal(x.shape).astype(np.float32)
+            dx.copy_to_device(x)
+            r = jitops.subtract(dx[view], dy[view[1:]])
+            np.testing.assert_array_equal(r.copy_to_host(), x[view] - y[view[1:]])
+            assert (type(r), r.shape, r.strides, r.dtype) == \
+                (type(first), first.shape, first.strides, first.dtype)
+            results.append(r)
+        monkeypatch.undo()
+        assert len({id(r) for r in (first, *results)}) == 4  # each call its own result
+    assert len(repeat._MEMO) == 2
+    for entry in repeat._MEMO.values():
+        assert (entry.launch is None) == SIMULATOR  # on a GPU, through the hook
+
+
 def test_an_alias_of_an_input_repeats_in_place(rng, monkeypatch):
     x = rng.standard_normal(1000)
     y = rng.standard_normal(1000)
@@ -89,10 +112,11 @@ def test_what_is_never_remembered(rng):
     x = rng.standard_normal(64)
     dx = cuda.to_device(x)
     out = cuda.device_array(64)
-    jitops.add(dx, dx)  # a new result
-    jitops.add(dx, 2.0, out=out)  # a Python scalar (uploaded each call)
-    jitops.add(dx[1:], dx[:-1], out=out[:-1])
-    assert len(repeat._MEMO) == 1  # only the last: every operand a CUDA array, out= given
+    jitops.add(dx, 2.0, out=out)  # a Python scalar
+    jitops.add(dx, 2.0)
+    jitops.add(dx, np.float64(2.0))  # a NumPy scalar, uploaded
+    jitops.add(dx, x)  # a host array
+    assert not repeat._MEMO
     repeat.forget()
     # a partial overlap of out and an input: read from a copy, as NumPy does; each time
     d = cuda.to_device(x)
@@ -137,11 +161,15 @@ def test_without_the_hook_the_dispatcher_launches_the_same(rng, monkeypatch):
         monkeypatch.setattr(repeat, "_state", dict(state))
         for _ in range(3):
             jitops.maximum(dx, dx[0], out=out)
-        got.append(out.copy_to_host())
-        (entry,) = repeat._MEMO.values()
-        assert (entry.direct is None) == (bool(state) or SIMULATOR)
-    np.testing.assert_array_equal(got[0], np.maximum(x, x[0]))
-    np.testing.assert_array_equal(got[1], got[0])
+            new = jitops.minimum(dx[::-1], dx[0])
+        got.append((out.copy_to_host(), new.copy_to_host()))
+        assert len(repeat._MEMO) == 2
+        for entry in repeat._MEMO.values():
+            assert (entry.launch is None) == (bool(state) or SIMULATOR)
+    np.testing.assert_array_equal(got[0][0], np.maximum(x, x[0]))
+    np.testing.assert_array_equal(got[0][1], np.minimum(x[::-1], x[0]))
+    np.testing.assert_array_equal(got[1][0], got[0][0])
+    np.testing.assert_array_equal(got[1][1], got[0][1])
 
 
 def test_the_hook_is_used_on_a_gpu_and_off_on_the_simulator():
