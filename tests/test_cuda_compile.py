@@ -289,6 +289,38 @@ def test_strided_kernel_machine_code(sm90):
     stores = [m.start() for m in re.finditer(r"st\.global\.f32", body)]
     assert len(loads) == 2 * kernels.UNROLL and len(stores) == kernels.UNROLL
     assert max(loads) < min(stores)
+    # indices that fit in 31 bits divide by multiplying (a division by a kernel argument is
+    # tens of instructions): no division in the main loop, a magic shift per element (the
+    # shift itself from a count of leading zeros, outside the loop)
+    assert not re.search(r"\b(div|rem)\.", body)
+    assert len(re.findall(r"\bshr\.u32\b", body)) >= kernels.UNROLL and "clz.b32" in ptx
+    # the 64-bit indexing of larger plans divides
+    ptx64, _ = cuda.compile_ptx(kernels.strided.py_func, catalog.strided_types(spec, 2, False),
+                                cc=CC)
+    assert re.search(r"\b(div|rem)\.[su]64\b", ptx64)
+
+
+def test_magic_division_is_division():
+    """The kernels' division by a :func:`~jitops.cuda.spec.magic` word (emulated exactly, in
+    Python and in unsigned 64-bit NumPy arithmetic truncated to 32 bits as the GPU's) equals
+    ``divmod`` for every index below 2**31 tried, on divisors from 1 to 2**31."""
+    import numpy as np
+
+    from jitops.cuda.spec import divmod_magic, magic
+
+    rng = np.random.default_rng(0)
+    divisors = [1, 2, 3, 7, 56, 100, 128, 3136, 4095, 4096, 4097, 65537, 2**30 + 1, 2**31 - 1,
+                2**31, *rng.integers(1, 2**31, 300).tolist()]
+    for d in divisors:
+        packed = magic(d)
+        assert packed & 0xFFFFFFFF == d and packed >> 32 < 2**32
+        edges = [0, 1, d - 1, d, d + 1, 2**31 - 1, (2**31 - 1) // d * d, 2**31 - 1 - d]
+        for n in [e for e in edges if 0 <= e < 2**31]:
+            assert divmod_magic(n, packed) == divmod(n, d), (n, d)
+        n = rng.integers(0, 2**31, 20_000, dtype=np.uint64)
+        t = (n * np.uint64(packed >> 32)) >> np.uint64(32)
+        q = ((t + n) & np.uint64(0xFFFFFFFF)) >> np.uint64((d - 1).bit_length())
+        np.testing.assert_array_equal(q, n // np.uint64(d))
 
 
 def test_the_benchmarks_gpu_sleeper_compiles(sm90):

@@ -34,7 +34,7 @@ from ..core.dtypes import is_bfloat16
 from ..core.pipeline import PreparedCall, element_strides, in_place
 from ..core.plan import CONTIG, contiguous_strides, make_plan
 from . import arrays, kernels
-from .spec import SIMULATOR, CudaSpec, register, storage_dtype
+from .spec import SIMULATOR, CudaSpec, magic, register, storage_dtype
 
 #: The last launches: (kernel, device, stream handle or None for the default stream).
 #: What tests read to see where a call ran; a bounded record, not a log.
@@ -300,10 +300,11 @@ class _Span:
 
 
 def _shape_arg(plan, blocks: int, tpb: int, per_thread: int = 1) -> tuple:
-    """The plan's shape as kernel arguments: unsigned 32-bit when every linear index of the
-    grid-stride loop fits (the kernels then divide in 32 bits), else int64."""
+    """The plan's shape as kernel arguments: each dimension a :func:`~jitops.cuda.spec.magic`
+    word (unsigned 64-bit) when every linear index of the grid-stride loop fits in 31 bits (the
+    kernels then divide by multiplying), else int64."""
     if plan.size + (blocks + 1) * tpb * per_thread < 2**31:
-        return tuple(np.uint32(s) for s in plan.iter_shape)
+        return tuple(np.uint64(magic(int(s))) for s in plan.iter_shape)
     return tuple(int(s) for s in plan.iter_shape)
 
 

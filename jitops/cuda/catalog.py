@@ -57,7 +57,7 @@ def contig_types(spec: CudaSpec) -> tuple:
 
 def strided_types(spec: CudaSpec, nd: int, small: bool) -> tuple:
     ins = tuple(_span(d) for d in spec.inputs)
-    idx = types.uint32 if small else types.int64
+    idx = types.uint64 if small else types.int64
     st = types.UniTuple(types.int64, nd)
     return (spec.numba_type, _span(spec.out), types.Tuple(ins), types.UniTuple(idx, nd), st,
             types.Tuple((st,) * len(ins)), types.UniTuple(types.int64, len(ins) + 1),
@@ -65,7 +65,7 @@ def strided_types(spec: CudaSpec, nd: int, small: bool) -> tuple:
 
 
 def any_zero_types(dt: np.dtype, nd: int, small: bool) -> tuple:
-    idx = types.uint32 if small else types.int64
+    idx = types.uint64 if small else types.int64
     return (_span(dt), types.UniTuple(idx, nd), types.UniTuple(types.int64, nd),
             types.UniTuple(types.int64, 1), types.int64, types.int32[::1])
 

@@ -12,7 +12,8 @@ Three module-level kernels, specialised through a :class:`~jitops.cuda.spec.Cuda
 * ``strided`` -- the planner's coalesced N-d space, in the same ``UNROLL`` steps (one load per
   thread in flight left an H200 at 1.1 TB/s on a row broadcast): each linear index is
   unravelled with one div/mod per dimension *beyond the first* (straight-line code for the
-  plan's rank, a compile-time constant), in unsigned 32-bit arithmetic when every index fits;
+  plan's rank, a compile-time constant); where every index fits in 31 bits, a division is a
+  multiply-high, an add and a shift by precomputed magic numbers (jitops.cuda.spec.magic);
 * ``any_zero`` -- the integer ``elementwise_div`` zero check, on the device.
 
 Operands are 1-D views over their memory span (negative strides included) plus start

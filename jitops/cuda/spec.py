@@ -122,13 +122,35 @@ def element(spec, vals):
     return spec.py_element()(*vals)
 
 
+def magic(divisor: int) -> int:
+    """A dimension of a plan whose every linear index is below 2**31, as one unsigned 64-bit
+    word: the divisor in the low 32 bits, its magic multiplier in the high ones, so a kernel
+    divides by it with a multiply-high, an add and a shift (:func:`divmod_magic`; Granlund and
+    Montgomery's method, as PyTorch's ``IntDivider``) instead of a division, which a GPU
+    computes in tens of instructions."""
+    shift = (divisor - 1).bit_length()  # 2**shift >= divisor
+    m = ((1 << 32) * ((1 << shift) - divisor)) // divisor + 1
+    return divisor | (m << 32)
+
+
+def divmod_magic(r: int, packed: int) -> tuple[int, int]:
+    """``divmod(r, d)`` for ``0 <= r < 2**31``, ``packed = magic(d)``: what the kernels
+    compute, in Python (the simulator runs this; tests check it against ``divmod``)."""
+    d, m = packed & 0xFFFFFFFF, packed >> 32
+    shift = (d - 1).bit_length()
+    q = (((r * m) >> 32) + r) >> shift
+    return q, r - q * d
+
+
 def offsets(shape, ostr, istr, starts, i):
     """Element offsets of out and of each input for linear index ``i`` of the planned space
-    (C order over ``shape``), as ``(out, in1, ..., inN)``."""
+    (C order over ``shape``: each dimension a ``magic`` word, or an int64), as
+    ``(out, in1, ..., inN)``."""
     offs = list(starts)
     r = int(i)
+    packed = len(shape) > 0 and isinstance(shape[0], np.uint64)
     for d in range(len(shape) - 1, -1, -1):
-        r, k = divmod(r, int(shape[d]))
+        r, k = divmod_magic(r, int(shape[d])) if packed else divmod(r, int(shape[d]))
         offs[0] += k * ostr[d]
         for j, st in enumerate(istr):
             offs[j + 1] += k * st[d]
@@ -181,8 +203,10 @@ def _element_source(spec: CudaSpecType, python: bool):
 
 
 def _offsets_source(nd: int, nin: int, small: bool):
-    """Straight-line offsets for ``nd`` dims and ``nin`` inputs; 32-bit unsigned div/mod
-    where every linear index fits (64-bit division is several times slower on a GPU)."""
+    """Straight-line offsets for ``nd`` dims and ``nin`` inputs; where every linear index fits
+    in 31 bits, each dimension is a :func:`magic` word and divides by multiplying (64-bit
+    division is several times slower than 32-bit on a GPU, and 32-bit several times slower
+    than a multiply-high)."""
     fs = range(nin + 1)
     L = ["def offsets(shape, ostr, istr, starts, i):", "    r = I64(i)"]
     L += [f"    f{j} = starts[{j}]" for j in fs]
@@ -192,7 +216,7 @@ def _offsets_source(nd: int, nin: int, small: bool):
 
     for d in range(nd - 1, -1, -1):
         if d:
-            L.append(f"    r, k = divmod32(r, I64(shape[{d}]))" if small else
+            L.append(f"    r, k = divmod_magic(r, shape[{d}])" if small else
                      f"    q = r // I64(shape[{d}])\n    k = r - q * I64(shape[{d}])\n    r = q")
         else:
             L.append("    k = r")
@@ -218,15 +242,29 @@ if not SIMULATOR:
         return val.numba_type
 
     @_ext.intrinsic
-    def divmod32(typingctx, r, n):
-        """Unsigned 32-bit div/mod of two int64 known to fit (Numba would divide in 64 bits)."""
-        sig = types.UniTuple(types.int64, 2)(r, n)
+    def divmod_magic_gpu(typingctx, r, packed):
+        """``divmod`` of an int64 below 2**31 by a :func:`magic` word, in 32-bit arithmetic:
+        q = (umulhi(r, m) + r) >> shift, shift = 32 - clz(d - 1)."""
+        sig = types.UniTuple(types.int64, 2)(r, packed)
 
         def codegen(context, builder, signature, args):
             i32, i64 = ir.IntType(32), ir.IntType(64)
-            a, b = builder.trunc(args[0], i32), builder.trunc(args[1], i32)
-            q, m = builder.zext(builder.udiv(a, b), i64), builder.zext(builder.urem(a, b), i64)
-            return context.make_tuple(builder, signature.return_type, [q, m])
+            a = builder.trunc(args[0], i32)
+            d = builder.trunc(args[1], i32)
+            m = builder.trunc(builder.lshr(args[1], ir.Constant(i64, 32)), i32)
+            fnty = ir.FunctionType(i32, [i32, ir.IntType(1)])
+            ctlz = builder.module.globals.get("llvm.ctlz.i32") \
+                or ir.Function(builder.module, fnty, "llvm.ctlz.i32")
+            lz = builder.call(ctlz, [builder.sub(d, ir.Constant(i32, 1)),
+                                     ir.Constant(ir.IntType(1), 0)])
+            shift = builder.sub(ir.Constant(i32, 32), lz)
+            t = builder.trunc(builder.lshr(builder.mul(builder.zext(a, i64),
+                                                       builder.zext(m, i64)),
+                                           ir.Constant(i64, 32)), i32)
+            q = builder.lshr(builder.add(t, a), shift)
+            k = builder.sub(a, builder.mul(q, d))
+            return context.make_tuple(builder, signature.return_type,
+                                      [builder.zext(q, i64), builder.zext(k, i64)])
 
         return sig, codegen
 
@@ -264,11 +302,11 @@ if not SIMULATOR:
 
     @_ext.overload(offsets, target="cuda")
     def _ov_offsets(shape, ostr, istr, starts, i):
-        small = shape.dtype == types.uint32
-        ns = {"I64": types.int64, "divmod32": divmod32}
+        small = shape.dtype == types.uint64
+        ns = {"I64": types.int64, "divmod_magic": divmod_magic_gpu}
         exec(_offsets_source(len(shape), len(istr), small), ns)
         return ns["offsets"]
 
 
-__all__ = ["CudaSpec", "CudaSpecType", "element", "gather", "load", "offsets", "register",
-           "storage_dtype", "SIMULATOR"]
+__all__ = ["CudaSpec", "CudaSpecType", "divmod_magic", "element", "gather", "load", "magic",
+           "offsets", "register", "storage_dtype", "SIMULATOR"]
