@@ -131,6 +131,23 @@ def _warn_off(name: str, why: str) -> None:
                   f"(slower where it matters, never wrong)", RuntimeWarning, stacklevel=4)
 
 
+def check_once(state: dict, name: str, why_not: Callable[[], str | None], after: str,
+               warn: bool = True, stacklevel: int = 3) -> bool:
+    """A hook that keeps its own state (the CUDA backend's): ``why_not()`` is asked once per
+    process (None: usable; an exception counts as its reason), and a hook found unusable
+    warns once, ``after`` saying what happens instead. Whether the hook is usable."""
+    if name not in state:
+        try:
+            why = why_not()
+        except Exception as e:  # an import or attribute that moved
+            why = f"{type(e).__name__}: {e}"
+        state[name] = why
+        if why is not None and warn:
+            warnings.warn(f"jitops: {name} is unavailable ({why}); {after}", RuntimeWarning,
+                          stacklevel=stacklevel)
+    return state[name] is None
+
+
 def status() -> dict[str, str | None]:
     """Every hook: None where it is used, else why not (checks the ones not yet looked at)."""
     for name in _CHECKS:

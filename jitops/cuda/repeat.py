@@ -257,17 +257,10 @@ def _why_not() -> str | None:
 def hook_ok() -> bool:
     """Whether repeats launch through the ``cuda_launch`` hook (checked once; a failed check
     warns once and leaves numba-cuda's dispatcher)."""
-    if NAME not in _state:
-        try:
-            why = _why_not()
-        except Exception as e:  # an import or attribute that moved
-            why = f"{type(e).__name__}: {e}"
-        _state[NAME] = why
-        if why is not None and not SIMULATOR:
-            warnings.warn(f"jitops: {NAME} is unavailable ({why}); using numba-cuda's "
-                          f"dispatcher for every launch instead (slower where it matters, "
-                          f"never wrong)", RuntimeWarning, stacklevel=3)
-    return _state[NAME] is None
+    from ..cpu.hooks import check_once
+
+    return check_once(_state, NAME, _why_not, "using numba-cuda's dispatcher for every launch "
+                      "instead (slower where it matters, never wrong)", warn=not SIMULATOR)
 
 
 def _direct(name: str, blocks: int, tpb: int, args: tuple, stream, address: int | None):

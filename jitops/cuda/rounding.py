@@ -24,7 +24,6 @@ whether it is in use (:func:`stamp`).
 from __future__ import annotations
 
 import inspect
-import warnings
 
 #: The hook's name for JITOPS_DISABLE_HOOKS.
 NAME = "nvvm_fma"
@@ -72,17 +71,10 @@ def _why_not() -> str | None:
 def install() -> bool:
     """Wrap numba-cuda's NVVM entry once per process; whether jitops' kernels get ``-fma=0``.
     A failed check warns once and leaves NVVM's default."""
-    if NAME not in _state:
-        try:
-            why = _why_not()
-        except Exception as e:  # an import or attribute that moved
-            why = f"{type(e).__name__}: {e}"
-        _state[NAME] = why
-        if why is not None:
-            warnings.warn(f"jitops: {NAME} is unavailable ({why}); NVVM may fuse a multiply "
-                          f"and the add it feeds in jitops' CUDA kernels (one rounding "
-                          f"where NumPy has two)", RuntimeWarning, stacklevel=2)
-    return _state[NAME] is None
+    from ..cpu.hooks import check_once
+
+    return check_once(_state, NAME, _why_not, "NVVM may fuse a multiply and the add it feeds "
+                      "in jitops' CUDA kernels (one rounding where NumPy has two)")
 
 
 def stamp() -> str:

@@ -7,6 +7,7 @@ Runs on a real GPU (where repeats go through the ``cuda_launch`` hook) and on th
 """
 
 import gc
+import warnings
 import weakref
 
 import numpy as np
@@ -218,3 +219,20 @@ def test_a_masked_interface_is_refused():
 
     with pytest.raises(TypeError, match="has a mask"):
         jitops.add(Masked(np.ones(3)), 1.0)
+
+
+def test_jitops_disable_hooks_turns_the_hook_off(monkeypatch, rng):
+    monkeypatch.setenv("JITOPS_DISABLE_HOOKS", "cuda_launch")
+    monkeypatch.setattr(repeat, "_state", {})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not repeat.hook_ok()
+    assert "JITOPS_DISABLE_HOOKS" in repeat._state[repeat.NAME]
+    assert [str(w.message) for w in caught if "cuda_launch" in str(w.message)] != [] \
+        or SIMULATOR  # the simulator has no hook to lose: no warning there
+    x = rng.standard_normal(100)
+    dx = cuda.to_device(x)
+    for _ in range(2):
+        r = jitops.add(dx, dx)
+    np.testing.assert_array_equal(r.copy_to_host(), 2 * x)
+    assert all(e.launch is None for e in repeat._MEMO.values())
