@@ -132,10 +132,6 @@ class CudaMemory:
             got = self._described[id(a)] = (a, _Described(a))
         return got[1]
 
-    def know(self, a, d: _Described) -> None:
-        """Take ``d`` as what ``a`` describes for this call (read once already)."""
-        self._described[id(a)] = (a, d)
-
     def dtype(self, a) -> np.dtype:
         return self.described(a).dtype
 

@@ -53,10 +53,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import warnings
 
 from numba import cuda
 
+from ..cpu.hooks import check_once
 from . import arrays, backend, kernels
 from .spec import SIMULATOR
 
@@ -64,6 +64,10 @@ from .spec import SIMULATOR
 NAME = "cuda_launch"
 #: Remembered launches at most (then forgotten all at once).
 MAX_ENTRIES = 1024
+
+#: What a repeat does where the hook is off.
+_INSTEAD = ("using numba-cuda's dispatcher for every launch instead (slower where it matters, "
+            "never wrong)")
 
 _MEMO: dict[tuple, _Entry] = {}
 _MEMOABLE: dict[type, str | None] = {}
@@ -257,10 +261,7 @@ def _why_not() -> str | None:
 def hook_ok() -> bool:
     """Whether repeats launch through the ``cuda_launch`` hook (checked once; a failed check
     warns once and leaves numba-cuda's dispatcher)."""
-    from ..cpu.hooks import check_once
-
-    return check_once(_state, NAME, _why_not, "using numba-cuda's dispatcher for every launch "
-                      "instead (slower where it matters, never wrong)", warn=not SIMULATOR)
+    return check_once(_state, NAME, _why_not, _INSTEAD, warn=not SIMULATOR)
 
 
 def _direct(name: str, blocks: int, tpb: int, args: tuple, stream, address: int | None):
@@ -288,9 +289,9 @@ def _direct(name: str, blocks: int, tpb: int, args: tuple, stream, address: int 
         launch = functools.partial(nd.launch, driver._to_core_stream(stream), config,
                                    kernel._codelibrary.get_cufunc().kernel)
     except Exception as e:  # numba-cuda changed under us: the dispatcher from now on
-        _state[NAME] = f"{type(e).__name__}: {e}"
-        warnings.warn(f"jitops: {NAME} is unavailable ({_state[NAME]}); using numba-cuda's "
-                      f"dispatcher for every launch instead", RuntimeWarning, stacklevel=3)
+        why = f"{type(e).__name__}: {e}"
+        _state.pop(NAME, None)
+        check_once(_state, NAME, lambda: why, _INSTEAD)
         return None
     if address is None:
         return launch, tuple(v for one in marshalled for v in one), ()
