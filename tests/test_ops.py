@@ -207,3 +207,62 @@ def test_large_arrays_run_parallel_and_match(rng):
     assert_same(jitops.fmin(x, x[:, :1]), np.fmin(x, x[:, :1]))
     z = rng.standard_normal((64, 3, 4, 500))
     assert_same(jitops.multiply(z, np.ones((3, 4)), broadcast="pdpd", axis=1), z * 1.0)
+
+
+def _complex_at(n: int, dtype, offset: int, seed: int) -> np.ndarray:
+    """``n`` complex values starting ``offset`` bytes into a buffer (1: not even aligned)."""
+    dt = np.dtype(dtype)
+    raw = np.zeros((n + 2) * dt.itemsize, np.uint8)
+    a = raw[offset:offset + n * dt.itemsize].view(dt)
+    r = np.random.default_rng(seed)
+    a[...] = r.standard_normal(n) + 1j * r.standard_normal(n)
+    return a
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128"])
+def test_strided_complex_rows_at_every_start(dtype):
+    """A strided complex row loads and stores each element as one two-lane vector (see the next
+    test): every op, built-in and user, on starts that are aligned, half aligned and not
+    aligned at all, into a new result and into a strided ``out=``."""
+    half = np.dtype(dtype).itemsize // 2
+    user = jitops.elementwise(lambda p, q: p * q - p)
+    for offset in (0, half, 1):
+        x, y = _complex_at(100, dtype, offset, 1), _complex_at(100, dtype, offset, 2)
+        o = _complex_at(100, dtype, offset, 3)
+        for op in ("add", "subtract", "multiply", "divide"):
+            assert_same(call(op, x[::3], y[::3]), numpy_op(op, x[::3], y[::3]))
+            call(op, x[::2], y[::2], out=o[::2])
+            assert_same(o[::2], numpy_op(op, x[::2], y[::2]))
+        np.testing.assert_allclose(user(x[::2], y[1::2]), x[::2] * y[1::2] - x[::2],
+                                   rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype, lane", [("complex64", "float"), ("complex128", "double")])
+def test_strided_complex_rows_compute_both_parts_in_one_vector(dtype, lane):
+    """Numba's complex is a struct of two floats, which a strided loop (not vectorised across
+    elements) loaded as two scalars and subtracted with two scalar instructions, where NumPy's
+    loop runs one vector load and one packed subtract. The rows' strided loops load and store
+    each complex element as one ``<2 x T>`` (unaligned), and LLVM folds the two lanes' arithmetic
+    into one packed op: in the built-in task and in a user op's."""
+    import re
+
+    from jitops.cpu import kernels, nary, registries
+    from jitops.cpu.jit import inner
+    from jitops.cpu.spec import KernelSpec
+
+    dt = np.dtype(dtype)
+    ptr = rf"(?:ptr|<2 x {lane}>\*)"
+    spec = KernelSpec("subtract", None, dt, dt, dt, dt, stream=False)
+    task = inner(kernels._task.py_func)
+    sig = (spec.numba_type,) + (kernels._I64,) * 5
+    task.compile(sig)
+    f = jitops.elementwise(lambda a, b: a - b)
+    f(np.ones(3, dt), np.ones(3, dt))  # registers the function
+    uspec = nary.UserSpec(f.key, (dt, dt), dt, dt, f.returned(dt), False, False)
+    utask = inner(nary.user_task.py_func)
+    usig = (uspec.numba_type,) + (kernels._I64,) * 3
+    registries.compile_with(lambda: utask.compile(usig), builtin=False)
+    for ir in (task.inspect_llvm(sig), utask.inspect_llvm(usig)):
+        assert re.search(rf"load <2 x {lane}>, {ptr} %[\w.]+, align 1\b", ir)
+        assert re.search(rf"store <2 x {lane}> %[\w.]+, {ptr} %[\w.]+, align 1\b", ir)
+        assert f"fsub <2 x {lane}>" in ir

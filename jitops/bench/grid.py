@@ -18,7 +18,7 @@ import jitops
 from . import harness
 
 VARIANTS = ("contig", "scalar", "weak", "strided", "tiled")
-DTYPES = ("float16", "float32", "float64", "int16", "complex128")
+DTYPES = ("float16", "float32", "float64", "int16", "complex64", "complex128")
 SIZES = (10**2, 10**3, 10**4, 10**5, 10**6, 10**7)
 
 

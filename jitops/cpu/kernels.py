@@ -245,6 +245,52 @@ def _emit_loop(b, start, stop, body):
         body(i)
 
 
+def _pair_vector(p):
+    """The ``<2 x T>`` vector type a pointer's pointee (Numba's complex: a struct of two equal
+    floats) loads as in one instruction, or None for any other word."""
+    t = p.type.pointee
+    if (isinstance(t, ir.LiteralStructType) and len(t.elements) == 2
+            and t.elements[0] == t.elements[1]
+            and isinstance(t.elements[0], (ir.FloatType, ir.DoubleType))):
+        return ir.VectorType(t.elements[0], 2)
+    return None
+
+
+def emit_load_word(b, p):
+    """LLVM IR: load the word at ``p``; a complex one as one ``<2 x T>`` vector.
+
+    A strided loop is not vectorised across elements, and Numba's complex struct loads as two
+    scalars: a strided complex128 ``x - y`` ran two ``vmovsd`` per operand and two ``vsubsd``
+    per element, where NumPy's loop runs one 16-byte load and one ``vsubpd``. Loaded and
+    stored this way, LLVM folds the two parts' arithmetic into one packed op. Measured on the
+    grid's strided cells (step 2, paired with NumPy, old and new code alternating): complex128
+    0.93-0.95x NumPy at 1e4 elements and 0.88-0.97x at 3e4 before, 1.03-1.07x and 0.97-1.04x
+    after; complex64 0.68-0.81x before, 0.95-1.06x after. Unaligned (``align 1``): NumPy
+    arrays need not be aligned, and x86 runs an unaligned load as fast on aligned data.
+    """
+    vt = _pair_vector(p)
+    if vt is None:
+        return b.load(p)
+    v = b.load(b.bitcast(p, vt.as_pointer()), align=1)  # (as NumPy's unaligned arrays allow)
+    s = ir.Constant(p.type.pointee, ir.Undefined)
+    for k in range(2):
+        s = b.insert_value(s, b.extract_element(v, ir.Constant(_LL32, k)), k)
+    return s
+
+
+def emit_store_word(b, v, p) -> None:
+    """LLVM IR: store the word ``v`` at ``p``; a complex one as one ``<2 x T>`` vector (see
+    :func:`emit_load_word`)."""
+    vt = _pair_vector(p)
+    if vt is None:
+        b.store(v, p)
+        return
+    w = ir.Constant(vt, ir.Undefined)
+    for k in range(2):
+        w = b.insert_element(w, b.extract_value(v, k), ir.Constant(_LL32, k))
+    b.store(w, b.bitcast(p, vt.as_pointer()), align=1)
+
+
 def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> None:
     """LLVM IR: a row's elements ``[0, n)`` in chunks of at most ``chunk``, cut at the
     streaming head ``h``: ordinary stores before it, non-temporal ones from it where the
@@ -306,8 +352,8 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         sp, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb = args
         impl = context.get_function(el_ty, el_sig)
 
-        def element_at(pa, pb):
-            return impl(b, (sp, b.load(pa), b.load(pb)))
+        def element_at(pa, pb, load=b.load):
+            return impl(b, (sp, load(pa), load(pb)))
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -322,8 +368,9 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             with strided:
                 def one(j):
                     v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
-                                   b.gep(y, [b.add(yo, b.mul(j, sy))]))
-                    b.store(v, b.gep(o, [b.add(oo, b.mul(j, so))]))
+                                   b.gep(y, [b.add(yo, b.mul(j, sy))]),
+                                   lambda p: emit_load_word(b, p))
+                    emit_store_word(b, v, b.gep(o, [b.add(oo, b.mul(j, so))]))
                 _emit_loop(b, _c(0), n, one)
             with vector:
                 h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n

@@ -94,7 +94,9 @@ from .kernels import (
     _smin,
     _stage,
     emit_chunked_stores,
+    emit_load_word,
     emit_odometer_step,
+    emit_store_word,
     emit_task_span,
     emit_tile_shifts,
     emit_unravel,
@@ -560,8 +562,8 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         for k in range(1, nops):
             any_const = b.or_(any_const, const[k])
 
-        def element(ptrs_at):
-            return impl(b, [b.load(q) for q in ptrs_at])
+        def element(ptrs_at, load=b.load):
+            return impl(b, [load(q) for q in ptrs_at])
 
         with cgutils.for_range(b, nrows) as row:
             at_tile = b.mul(row.index, n)  # a staged input's row in its tile
@@ -572,8 +574,8 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                 with strided:
                     def one(i):
                         v = element([b.gep(p[k], [b.add(o[k], b.mul(i, s[k]))])
-                                     for k in range(1, nops)])
-                        b.store(v, b.gep(p[0], [b.add(o[0], b.mul(i, s[0]))]))
+                                     for k in range(1, nops)], lambda q: emit_load_word(b, q))
+                        emit_store_word(b, v, b.gep(p[0], [b.add(o[0], b.mul(i, s[0]))]))
                     _emit_loop(b, _c(0), n, one)
                 with vector:
                     staged = _smin(b, n, _c(BUFFER))
