@@ -87,6 +87,12 @@ def disabled() -> set[str]:
     return {n for n in names if n}
 
 
+def turned_off(name: str) -> str | None:
+    """Why hook ``name`` is off by the user's word (JITOPS_DISABLE_HOOKS), else None."""
+    off = disabled()
+    return "turned off by JITOPS_DISABLE_HOOKS" if name in off or "all" in off else None
+
+
 def register(name: str, fallback: str):
     """Register a hook's check (``@register(name, fallback)``): the ones below, and a module
     that holds a hook's code and would otherwise be imported here (jitops.cpu.fastcall)."""
@@ -102,10 +108,8 @@ def ok(name: str) -> bool:
     if name in _STATE:
         return _STATE[name] is None
     check = _CHECKS[name][0]
-    off = disabled()
-    if name in off or "all" in off:
-        why = "turned off by JITOPS_DISABLE_HOOKS"
-    else:
+    why = turned_off(name)
+    if why is None:
         try:
             why = None if check() else "not as jitops expects here"
         except Exception as e:  # a missing attribute, a changed signature, no /proc ...
@@ -133,14 +137,17 @@ def _warn_off(name: str, why: str) -> None:
 
 def check_once(state: dict, name: str, why_not: Callable[[], str | None], after: str,
                warn: bool = True, stacklevel: int = 3) -> bool:
-    """A hook that keeps its own state (the CUDA backend's): ``why_not()`` is asked once per
-    process (None: usable; an exception counts as its reason), and a hook found unusable
-    warns once, ``after`` saying what happens instead. Whether the hook is usable."""
+    """A hook that keeps its own state (the CUDA backend's): unless JITOPS_DISABLE_HOOKS turns
+    it off, ``why_not()`` is asked once per process (None: usable; an exception counts as its
+    reason), and a hook found unusable warns once, ``after`` saying what happens instead.
+    Whether the hook is usable."""
     if name not in state:
-        try:
-            why = why_not()
-        except Exception as e:  # an import or attribute that moved
-            why = f"{type(e).__name__}: {e}"
+        why = turned_off(name)
+        if why is None:
+            try:
+                why = why_not()
+            except Exception as e:  # an import or attribute that moved
+                why = f"{type(e).__name__}: {e}"
         state[name] = why
         if why is not None and warn:
             warnings.warn(f"jitops: {name} is unavailable ({why}); {after}", RuntimeWarning,

@@ -237,11 +237,6 @@ def forget() -> None:
 
 
 def _why_not() -> str | None:
-    from ..cpu.hooks import disabled
-
-    off = disabled()
-    if NAME in off or "all" in off:
-        return "turned off by JITOPS_DISABLE_HOOKS"
     if SIMULATOR:
         return "Numba's CUDA simulator launches no kernels"
     from numba.cuda import dispatcher

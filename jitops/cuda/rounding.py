@@ -50,11 +50,6 @@ def _wrap(compile_ir):
 
 
 def _why_not() -> str | None:
-    from ..cpu.hooks import disabled
-
-    off = disabled()
-    if NAME in off or "all" in off:
-        return "turned off by JITOPS_DISABLE_HOOKS"
     from numba.cuda.cudadrv import nvvm
 
     fn = getattr(nvvm, "compile_ir", None)
