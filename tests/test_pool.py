@@ -7,6 +7,7 @@ tasks its caller ran itself (``C_BY_CALLER``), the workers asleep (``C_SLEEPERS`
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -334,28 +335,63 @@ def _job_tasks(ctl: int) -> int:
     return pool.word(ctl, pool.C_INFO) & ((1 << 32) - 1)
 
 
+@contextlib.contextmanager
+def _loaded_machine(per_cpu: int = 3):
+    """Busy processes pinned to this process's CPUs, ``per_cpu`` a CPU (a load of 3 on each
+    core): every runnable thread of ours waits its turn behind them."""
+    cpus = sorted(os.sched_getaffinity(0))
+    code = f"import os; os.sched_setaffinity(0, {cpus!r})\nwhile True: pass"
+    procs = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(per_cpu * len(cpus))]
+    try:
+        time.sleep(0.2)  # all started and spinning
+        yield
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def _idle_for(seconds: float):
+    """Workers woken within the block wait ``seconds`` for the next job before sleeping."""
+    words = pool.get().words
+    before = int(words[pool.C_IDLE_NS])
+    words[pool.C_IDLE_NS] = int(seconds * 1e9)
+    try:
+        yield
+    finally:
+        words[pool.C_IDLE_NS] = before
+
+
+def _workers_cpu_ticks(p) -> int:
+    total = 0
+    for tid in {t.native_id for t in p.threads}:
+        with open(f"/proc/self/task/{tid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+    return total
+
+
 @needs_two
-def test_an_idle_pool_sleeps_instead_of_spinning():
-    jitops.add(np.ones(N), 1.0)
-    p = pool.get()
-    deadline = time.monotonic() + 10
-    while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert pool.word(p.ctl, pool.C_SLEEPERS) == len(p.threads) >= 1
-    # asleep means no CPU time: the workers' own clocks stand still over 0.3 s
-    ids = {t.native_id for t in p.threads}
-
-    def cpu_ticks() -> int:
-        total = 0
-        for tid in ids:
-            with open(f"/proc/self/task/{tid}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])
-        return total
-
-    before = cpu_ticks()
-    time.sleep(0.3)
-    assert cpu_ticks() - before <= 1  # a clock tick is 10 ms; a spinning worker takes 30
+@pytest.mark.parametrize("loaded", [False, True], ids=["idle machine", "loaded machine"])
+def test_an_idle_pool_sleeps_instead_of_spinning(loaded):
+    """Workers fall asleep a bounded wall time after their last job (``pool.IDLE_US``), on a
+    loaded machine too: there each yield of the core may last a time slice of another
+    process, and workers that counted yields stayed runnable for many seconds."""
+    with _loaded_machine() if loaded else contextlib.nullcontext():
+        jitops.add(np.ones(N), 1.0)
+        p = pool.get()
+        t0 = time.monotonic()
+        while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() - t0 < 5:
+            time.sleep(0.01)
+        took = time.monotonic() - t0
+        assert pool.word(p.ctl, pool.C_SLEEPERS) == len(p.threads) >= 1, \
+            f"workers still awake after {took:.1f} s (loaded: {loaded})"
+        # asleep means no CPU time: the workers' own clocks stand still over 0.3 s
+        before = _workers_cpu_ticks(p)
+        time.sleep(0.3)
+        assert _workers_cpu_ticks(p) - before <= 1  # a tick is 10 ms; a spinning worker takes 30
     # and a sleeping pool wakes for the next call
     x = np.arange(N, dtype=np.float32)
     np.testing.assert_array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
@@ -469,15 +505,32 @@ def test_a_forked_child_knows_its_own_pid_and_pool():
     assert res.returncode == 0 and res.stdout.split() == ["ok", "True"], res.stderr[-2000:]
 
 
+def _thread_states(p) -> set[str]:
+    """The kernel's run state of each worker thread (``S``: asleep in a wait)."""
+    states = set()
+    for t in p.threads:
+        with open(f"/proc/self/task/{t.native_id}/stat") as f:
+            states.add(f.read().rsplit(")", 1)[1].split()[0])
+    return states
+
+
 def _wait_for_sleepers(want_all: bool, timeout: float = 20.0) -> bool:
-    """Wait until every worker sleeps (``want_all``) or none does; False on timeout."""
+    """Wait until every worker sleeps (``want_all``) or none does; False on timeout.
+
+    Asleep means counted as a sleeper *and* waiting in the kernel: a worker woken by the
+    last job but not yet given a core by the scheduler (a loaded machine) still counts as a
+    sleeper, and would be awake for the next call."""
     p = pool.get()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         n = pool.word(p.ctl, pool.C_SLEEPERS)
-        if (n == len(p.threads) >= 1) if want_all else n == 0:
+        if want_all:
+            if n == len(p.threads) >= 1 and _thread_states(p) == {"S"} \
+                    and pool.word(p.ctl, pool.C_SLEEPERS) == n:
+                return True
+            time.sleep(0.001)
+        elif n == 0:
             return True
-        time.sleep(0.001 if want_all else 0)
     return False
 
 
@@ -529,19 +582,19 @@ def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them_in_a_burs
         monkeypatch.setattr(dispatch, "_WAKE_WINDOW", 1e9)  # every call "close together"
         serially(name)
         assert len(woke) == 1, f"{name}: a burst did not take the waking entry"
-        # woken, the workers spin and yield a while before sleeping again: a call that finds
-        # one awake is a parallel job. (Watching for an awake worker instead missed that
-        # window once in CI, on two busy cores.) A call that finds them asleep again runs
-        # serially and, still in a burst, wakes them: one of the next calls must be a job.
-        ran = False
-        for _ in range(200):
-            time.sleep(0)  # a woken worker waiting for a core gets this one
+        # the workers may or may not have woken and slept again since: put them to sleep
+        assert _wait_for_sleepers(True), f"{name}: the workers did not fall asleep again"
+        # a call that finds a woken worker awake is a parallel job. Woken workers here wait
+        # for the next job for minutes instead of milliseconds, so that no amount of load
+        # on the machine can put them back to sleep before this thread sees one awake.
+        with _idle_for(600):
+            serially(name)
+            assert len(woke) == 2, f"{name}: a burst did not take the waking entry"
+            assert _wait_for_sleepers(False), f"{name}: the burst woke no worker"
             before = _generation()
             np.testing.assert_array_equal(call(), want[name])
-            if _generation() == before + 1:
-                ran = True
-                break
-        assert ran, f"{name}: a burst woke no worker for the next calls"
+            assert _generation() == before + 1, f"{name}: an awake pool ran no job"
+        assert _wait_for_sleepers(True), f"{name}: the workers did not fall asleep again"
 
 
 @needs_two

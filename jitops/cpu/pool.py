@@ -6,10 +6,11 @@ under its OpenMP layer and 193 us with PyTorch -- TBB builds a ``task_arena`` pe
 wakes its workers into it -- while OpenMP, the fast one, cannot be forked safely and fights
 PyTorch's own OpenMP runtime for the cores. This pool keeps what each does well:
 
-* workers are Python threads running a compiled loop without the GIL (:func:`_worker`): they
-  spin briefly on the job word after a job (``SPIN`` pause instructions, some tens of
-  microseconds) and then sleep in the kernel on a Linux futex, so an idle process costs
-  nothing and a burst of calls never waits for a wake-up;
+* workers are Python threads running a compiled loop without the GIL (:func:`_worker`): after
+  a job they spin briefly on the job word (``SPIN`` pause instructions), then yield the core
+  until ``IDLE_NS`` of wall time have passed, then sleep in the kernel on a Linux futex, so
+  an idle process costs nothing, whatever the machine's load, and a burst of calls never
+  waits for a wake-up;
 * a launch (:func:`run_job`, compiled into the drivers) publishes one job -- a task function
   address, its arguments and the task count -- bumps the job word, wakes sleepers only if
   there are any, and runs tasks itself. Each thread taking part owns a contiguous range of
@@ -77,7 +78,7 @@ C_STOP = 48  # 1: workers return
 C_KIND, C_TASK, C_A, C_B, C_C, C_D, C_WORKERS = 56, 57, 58, 59, 60, 61, 62  # the job
 C_REVERSIBLE = 63  # 1: the job may be walked backwards (not a tiled transpose)
 C_SYSCALL, C_FUTEX_NR, C_YIELD_NR = 64, 65, 66  # libc syscall's address, the syscall numbers
-C_SPIN, C_YIELDS = 67, 68  # how long a worker waits for the next job before it sleeps
+C_SPIN, C_IDLE_NS = 67, 68  # pauses, then wall-time ns a worker waits for a job before sleeping
 C_BY_CALLER = 69  # tasks of the last job run by the launching thread (the rest: by workers)
 C_OMP, C_OMP_ENTRY = 70, 71  # GOMP_parallel of a shared OpenMP runtime (0: none), our entry
 C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of its own
@@ -96,6 +97,7 @@ C_ALTERNATE = 105  # 1: every other job walks the ranges backwards (ALTERNATE)
 C_OMP_TNUM = 106  # omp_get_thread_num of the shared OpenMP runtime (0: unknown)
 C_RANGE_CAP = 107  # how many range words the block has
 C_MAX_UNITS = 108  # MAX_UNITS (a word, so that tests can cut small jobs into units too)
+C_CLOCK = 109  # libc clock_gettime's address (the workers' idle clock)
 C_RANGES = 112  # range r's word: C_RANGES + 8 * r, gen (24 bits) | lo (20) | hi (20)
 
 #: Job kinds: what arguments the task function takes.
@@ -104,9 +106,10 @@ KIND_NARY = 1  # _utask(spec, pptrs, pmeta, t) of the user ops
 
 #: Pause instructions a worker spins after a job before it yields: ~50 us on x86.
 SPIN = env_int("JITOPS_POOL_SPIN", 2000)
-#: ``sched_yield`` calls a worker makes after spinning, before it sleeps on the futex: a few
-#: milliseconds while the machine is otherwise idle, and no core taken from anyone else.
-YIELDS = env_int("JITOPS_POOL_YIELDS", 4000)
+#: Wall time (microseconds) from the end of a job a worker waits for the next one before it
+#: sleeps on the futex, yielding its core after the spin: a clock, not a count of yields, so
+#: that on a loaded machine, where each yield may last a time slice, it still falls asleep.
+IDLE_US = env_int("JITOPS_POOL_IDLE_US", 2000, 0, 10_000_000)
 
 #: Whether every other job walks the threads' ranges backwards (``JITOPS_POOL_ALTERNATE=0``:
 #: always forwards). A thread's range is the same from job to job, so a job walked the other
@@ -148,6 +151,7 @@ OMP_BACKOFF_MAX_JOBS = env_int("JITOPS_OMP_BACKOFF_MAX", 8192)
 WORKER_STACK = 4 << 20
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
+_CLOCK_MONOTONIC = 1
 _FUTEX_NR, _YIELD_NR = hooks.FUTEX_NR, hooks.YIELD_NR
 
 # -- atomics and the futex, as intrinsics ---------------------------------------------------------
@@ -294,6 +298,22 @@ def futex_wait_for(typingctx, fn, nr, addr, expected, ns):
 def _futex_wait(ctl, expected):
     addr = ctl + C_SEQ * 8  # the low half of the word on little-endian machines
     syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAIT_PRIVATE, expected)
+
+
+@intrinsic
+def monotonic_ns(typingctx, fn):
+    """``CLOCK_MONOTONIC`` in nanoseconds, through libc's ``clock_gettime`` at address ``fn``
+    (the vDSO's: no system call)."""
+    def codegen(context, builder, sig, args):
+        ts = cgutils.alloca_once(builder, ir.ArrayType(_i64, 2))  # struct timespec
+        fnty = ir.FunctionType(_i32, [_i32, ts.type])
+        f = builder.inttoptr(args[0], fnty.as_pointer())
+        builder.call(f, [ir.Constant(_i32, _CLOCK_MONOTONIC), ts])
+        zero32 = ir.Constant(_i32, 0)
+        sec = builder.load(builder.gep(ts, [zero32, zero32]))
+        nsec = builder.load(builder.gep(ts, [zero32, ir.Constant(_i32, 1)]))
+        return builder.add(builder.mul(sec, ir.Constant(_i64, 1_000_000_000)), nsec)
+    return _I64(fn), codegen
 
 
 @inner
@@ -676,13 +696,15 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
 
 @njit(**ENTRY)
 def _worker(ctl, index):
-    """A pool worker's life: wait for a job (spin, then yield, then sleep on the futex), take
-    part if the job asks for this many workers, repeat until stopped."""
+    """A pool worker's life: wait for a job (spin, then yield until ``C_IDLE_NS`` have passed
+    on the clock, then sleep on the futex), take part if the job asks for this many workers,
+    repeat until stopped."""
     seen = load(ctl, C_SEQ)
     spin = load(ctl, C_SPIN)
-    patience = spin + load(ctl, C_YIELDS)
+    clock = load(ctl, C_CLOCK)
     while True:
         n = 0
+        since = monotonic_ns(clock)
         while True:
             s = load(ctl, C_SEQ)
             if s != seen:
@@ -691,13 +713,14 @@ def _worker(ctl, index):
             if n < spin:
                 pause()
                 continue
-            if n < patience:
+            if monotonic_ns(clock) - since < load(ctl, C_IDLE_NS):
                 _yield(ctl)
                 continue
             fetch_add(ctl, C_SLEEPERS, 1)  # a full barrier before the futex re-reads the word
             _futex_wait(ctl, seen)  # returns at once if the word moved on meanwhile
             fetch_add(ctl, C_SLEEPERS, -1)
             n = 0
+            since = monotonic_ns(clock)
         seen = s
         if load(ctl, C_STOP):
             return
@@ -733,9 +756,10 @@ def omp_entry_address() -> int:
 
 
 _SYSCALL = hooks.libc_syscall()  # 0 where the futex_pool hook is off
+_CLOCK = ctypes.cast(ctypes.CDLL(None).clock_gettime, ctypes.c_void_p).value or 0
 
 #: Whether this platform runs the pool (Linux futexes); elsewhere Numba's layer is used.
-AVAILABLE = env_flag("JITOPS_POOL", True) and bool(_SYSCALL)
+AVAILABLE = env_flag("JITOPS_POOL", True) and bool(_SYSCALL) and bool(_CLOCK)
 
 
 def word(ctl: int, index: int) -> int:
@@ -767,7 +791,7 @@ class Pool:
         words[C_SYSCALL] = _SYSCALL
         words[C_FUTEX_NR] = _FUTEX_NR or 0
         words[C_YIELD_NR] = _YIELD_NR or 0
-        words[C_SPIN], words[C_YIELDS] = SPIN, YIELDS
+        words[C_SPIN], words[C_IDLE_NS], words[C_CLOCK] = SPIN, IDLE_US * 1000, _CLOCK
         words[C_JOIN_SPIN], words[C_JOIN_TIMEOUT] = JOIN_SPIN, JOIN_TIMEOUT_NS
         # (in the block, not constants of the compiled code: that is cached on disk)
         words[C_OMP_BACKOFF_MIN] = max(1, OMP_BACKOFF_JOBS)
