@@ -109,7 +109,8 @@ def _recycling(st: dict) -> str:
     if not st["enabled"]:
         return "new for every result (recycling off)"
     return (f"results of {st['min_bytes'] >> 20} MiB or more reuse idle buffers (up to "
-            f"{st['cap_bytes'] >> 20} MiB followed; {st['idle_bytes'] >> 20} MiB idle now)")
+            f"{st['cap_bytes'] >> 20} MiB followed: {st['cap_source']}; freed after "
+            f"{st['idle_ms']} ms idle; {st['idle_bytes'] >> 20} MiB idle now)")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -300,3 +300,193 @@ def test_a_fork_while_the_lock_is_held_leaves_the_child_working():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                        timeout=180)
     assert p.returncode == 0, (p.returncode, p.stderr[-2000:])
+
+
+# -- memory a user would have had with NumPy --------------------------------------------------
+
+
+def _run(code: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_alternating_sizes_under_an_address_space_limit_succeed_where_numpy_does():
+    """A limit a little above the process's use, results of 240 and 280 MB alternately, each
+    dropped before the next, the limit set after ``import jitops``: NumPy runs every round,
+    and so must jitops (the budget, read again before a new allocation, follows the limit:
+    no idle 240 MB buffer is kept beside the 280 MB one)."""
+    code = """
+        import resource, sys, numpy as np, jitops
+        a, b = np.zeros((30000, 1)), np.zeros((35000, 1))   # 240 and 280 MB results
+        y = np.ones((1, 1000))
+        jitops.add(np.zeros((300, 1)), y)                    # compiled, the pool started
+        with open("/proc/self/statm") as f:
+            used = int(f.read().split()[0]) * resource.getpagesize()
+        limit = used + (400 << 20)                           # room for one result, not two
+        resource.setrlimit(resource.RLIMIT_AS, (limit, resource.RLIM_INFINITY))
+        for who, add in (("numpy", np.add), ("jitops", jitops.add)):
+            for i in range(6):
+                r = add(a if i % 2 == 0 else b, y)
+                assert r[0, 0] == 1.0
+                del r
+            print(who, "ok")
+    """
+    p = _run(code, {"JITOPS_RECYCLE_MB": ""})
+    assert p.stdout.split() == ["numpy", "ok", "jitops", "ok"], p.stderr[-3000:]
+
+
+def test_a_failed_allocation_is_retried_after_freeing_every_idle_buffer(monkeypatch):
+    monkeypatch.setattr(config, "RECYCLE_BYTES", 64 * N)
+    idle = jitops.add(_data(1), 1.0)  # N float32 elements: idle once dropped
+    del idle
+    assert recycle.status()["idle_bytes"] == 4 * N
+    real, failed = np.empty, []
+
+    class _Numpy:  # recycle's np, whose first large allocation fails
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(n, dtype):
+            if n >= MIN and not failed:
+                failed.append(n)
+                raise MemoryError
+            return real(n, dtype)
+
+    monkeypatch.setattr(recycle, "np", _Numpy())
+    before = recycle.status()["retried"]
+    r = jitops.add(_data(2, (N + 64,)), 1.0)
+    np.testing.assert_array_equal(r, _data(2, (N + 64,)) + np.float32(1))
+    st = recycle.status()
+    assert failed and st["retried"] == before + 1 and st["idle_bytes"] == 0
+
+
+def test_idle_buffers_past_the_budget_are_freed_before_a_new_allocation(monkeypatch):
+    import weakref
+
+    monkeypatch.setattr(config, "RECYCLE_BYTES", 6 * N)  # one result of 4 N bytes, not two
+    monkeypatch.setattr(config, "RECYCLE_EXPLICIT", True)
+    idle = jitops.add(_data(1), 1.0)
+    gone = weakref.ref(idle.base)
+    del idle
+    assert gone() is not None  # kept, idle
+    real, alive_then = np.empty, []
+
+    class _Numpy:
+        def __getattr__(self, name):
+            return getattr(np, name)
+
+        @staticmethod
+        def empty(n, dtype):
+            alive_then.append(gone() is not None)
+            return real(n, dtype)
+
+    monkeypatch.setattr(recycle, "np", _Numpy())
+    r = jitops.add(_data(2, (N + 64,)), 1.0)
+    assert alive_then == [False], "the idle buffer was still held when the new one was made"
+    np.testing.assert_array_equal(r, _data(2, (N + 64,)) + np.float32(1))
+
+
+def test_idle_buffers_are_freed_after_the_idle_time():
+    """Results of 3e6-3e7 float64 made and dropped: their buffers are kept for the next
+    result of their size, then freed once idle for ``JITOPS_RECYCLE_IDLE_MS``, and the
+    process's resident memory returns near where it was."""
+    code = """
+        import os, time, numpy as np, jitops
+        from jitops.cpu import recycle
+        def rss():
+            with open("/proc/self/statm") as f:
+                return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        y = np.ones((1, 1000))
+        jitops.add(np.zeros((300, 1)), y)
+        base = rss()
+        for n in (3000, 10000, 30000):
+            r = jitops.add(np.zeros((n, 1)), y)
+            del r
+        held = recycle.status()["idle_bytes"]
+        print(held, rss() - base)
+        time.sleep(1.5)
+        print(recycle.status()["idle_bytes"], rss() - base, recycle.status()["reaped"])
+    """
+    p = _run(code, {"JITOPS_RECYCLE_IDLE_MS": "300", "JITOPS_RECYCLE_MB": "2048"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    (held, grown), (idle, left, reaped) = [list(map(int, ln.split()))
+                                           for ln in p.stdout.splitlines()]
+    assert held == 8 * 1000 * (3000 + 10000 + 30000) and grown > 300 << 20  # kept, resident
+    assert idle == 0 and reaped == 3
+    assert left < 32 << 20, f"{left >> 20} MiB still resident after the idle time"
+
+
+def test_the_budget_comes_from_an_address_space_limit():
+    code = """
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+        from jitops.core import config
+        print(config.RECYCLE_BYTES >> 20, config.RECYCLE_SOURCE)
+    """
+    p = _run(code, {"JITOPS_RECYCLE_MB": ""})
+    assert p.returncode == 0, p.stderr[-3000:]
+    mb, source = p.stdout.split(" ", 1)
+    assert int(mb) == 3072 // 16 + 64 or int(mb) == 256  # max(1/16, min(256, 1/8))
+    assert "RLIMIT_AS" in source and "3072 MiB" in source
+
+
+def test_the_budget_reads_a_cgroup_memory_limit_v1_and_v2(tmp_path, monkeypatch):
+    from jitops.core import limits
+
+    (tmp_path / "proc").write_text("4:memory:/box/inner\n0::/app\n")
+    v1 = tmp_path / "memory" / "box"
+    (v1 / "inner").mkdir(parents=True)
+    (v1 / "memory.limit_in_bytes").write_text(str(2 << 30))  # the parent's limit holds
+    (v1 / "inner" / "memory.limit_in_bytes").write_text("9223372036854771712")  # none
+    monkeypatch.setattr(limits, "CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(limits, "PROC_CGROUP", str(tmp_path / "proc"))
+    monkeypatch.setattr(limits, "physical_memory", lambda: 256 << 30)
+    monkeypatch.setattr(limits, "_rlimits", lambda: [])
+    assert limits.memory_limit() == (2 << 30, str(v1 / "memory.limit_in_bytes"))
+    # cgroup v2: the unified tree, memory.high below memory.max
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "memory.max").write_text(str(1 << 30))
+    (app / "memory.high").write_text(str(768 << 20))
+    assert limits.memory_limit() == (768 << 20, str(app / "memory.high"))
+
+
+def _cgroup_v1_child(controller: str) -> str | None:
+    """A fresh cgroup v1 directory under this process's own group for ``controller``, or
+    None where this machine does not let us make one."""
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next(ln.split(":", 2)[2].strip() for ln in f
+                       if controller in ln.split(":")[1].split(","))
+    except (OSError, StopIteration):
+        return None
+    d = os.path.join("/sys/fs/cgroup", controller, rel.lstrip("/"), f"jitops-test-{os.getpid()}")
+    try:
+        os.mkdir(d)
+    except OSError:
+        return None
+    return d
+
+
+def test_the_budget_follows_a_real_cgroup_memory_limit():
+    d = _cgroup_v1_child("memory")
+    if d is None:
+        pytest.skip("this machine lets no test make a cgroup v1 memory group (not root, no "
+                    "cgroup v1 memory hierarchy, or a read-only one)")
+    try:
+        with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(2 << 30))
+        code = f"""
+            with open({os.path.join(d, "cgroup.procs")!r}, "w") as f:
+                f.write("0")  # this process joins the group
+            from jitops.core import config
+            print(config.RECYCLE_BYTES >> 20, config.RECYCLE_SOURCE)
+        """
+        p = _run(code, {"JITOPS_RECYCLE_MB": ""})
+        assert p.returncode == 0, p.stderr[-3000:]
+        mb, source = p.stdout.split(" ", 1)
+        assert int(mb) == 256 and "memory.limit_in_bytes" in source and "2048 MiB" in source
+    finally:
+        os.rmdir(d)

@@ -183,21 +183,37 @@ CUDA_MAX_BLOCKS = env_int("JITOPS_CUDA_MAX_BLOCKS", 65535, 1)
 RECYCLE_MIN_BYTES = env_int("JITOPS_RECYCLE_MIN_BYTES", 16 << 20, 1)
 
 
-def _physical_memory() -> int:
-    """Bytes of physical memory (POSIX ``sysconf``), or 0 where it cannot be read."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (AttributeError, ValueError, OSError):
-        return 0
+def recycle_budget(limit: int) -> int:
+    """The recycled-buffer budget (bytes) for a process that may use ``limit`` bytes: a
+    sixteenth, at least 256 MiB (an eighth of a limit under 2 GiB) and at most 4 GiB --
+    enough to recycle a 1e8 float32 result (400 MB) on 8 GB and more, where a new one ran at
+    0.45 of ``out=``'s speed when every call faulted in and zeroed fresh pages."""
+    mb = limit >> 20
+    return min(max(mb >> 4, min(256, mb >> 3)), 4096) << 20
 
 
-#: The default of :data:`RECYCLE_BYTES`: a sixteenth of physical memory, at least 256 MiB and
-#: at most 4 GiB. Enough to recycle the result of a 1e8 float32 op (400 MB) on a machine of
-#: 8 GB and more: measured here (24 GB), a new 1e8 float32 ``subtract`` ran at 0.97 of the
-#: same call's speed with ``out=`` against 0.45 under the former fixed 256 MiB, every call
-#: faulting in and zeroing 400 MB of fresh pages. The cost: idle buffers up to this many
-#: bytes stay mapped until a result of their size takes one, or ``recycle.release()``.
-RECYCLE_DEFAULT_MB = min(max(_physical_memory() >> 24, 256), 4096)
+def _recycle_default() -> tuple[int, str]:
+    """:func:`recycle_budget` of the memory this process may use
+    (:func:`jitops.core.limits.memory_limit`: its cgroup's limit, ``RLIMIT_AS`` or
+    ``RLIMIT_DATA``, physical memory) in MiB, and where that came from. A resource limit set
+    later, while the process runs, is read again by each new allocation (jitops.cpu.recycle)."""
+    from .limits import memory_limit
+
+    limit, where = memory_limit()
+    if not limit:
+        return 256, "a default (no memory limit could be read)"
+    return recycle_budget(limit) >> 20, f"1/16 of {limit >> 20} MiB, {where}"
+
+
+RECYCLE_DEFAULT_MB, RECYCLE_SOURCE = _recycle_default()
+#: Whether ``JITOPS_RECYCLE_MB`` set the budget (then no limit lowers it).
+RECYCLE_EXPLICIT = bool(os.environ.get("JITOPS_RECYCLE_MB", "").strip())
+if RECYCLE_EXPLICIT:
+    RECYCLE_SOURCE = "JITOPS_RECYCLE_MB"
 #: The most bytes of buffers recycling follows, in use or idle (so idle ones never hold more);
 #: the least recently handed out go first. 0 turns recycling off.
 RECYCLE_BYTES = env_int("JITOPS_RECYCLE_MB", RECYCLE_DEFAULT_MB, 0, 1 << 40) << 20
+#: An idle recycled buffer is freed once it has been idle this long (milliseconds): a loop of
+#: calls retakes it within microseconds, and a server that made one large result does not
+#: keep its memory.
+RECYCLE_IDLE_MS = env_int("JITOPS_RECYCLE_IDLE_MS", 1000, 1, 1 << 40)

@@ -15,22 +15,30 @@ under a lock, and nothing but this module can make a new reference to an idle bu
 counts are not exact (a free-threaded interpreter, or one without ``sys.getrefcount``),
 recycling is off.
 
-The buffers followed, in use or idle, add up to at most ``config.RECYCLE_BYTES`` (a
-sixteenth of physical memory, from 256 MiB to 4 GiB, unless ``JITOPS_RECYCLE_MB`` says
-otherwise; 0 turns recycling off) and number at most
-``TRACKED_MAX``, so idle memory never exceeds that either; the least recently handed out go
-first. A buffer no longer followed is an ordinary array, freed with its last view;
-:func:`release` frees every idle one now.
+Recycling never costs memory a user would have had with NumPy:
+
+* the buffers followed, in use or idle, add up to at most ``config.RECYCLE_BYTES`` (a
+  sixteenth of the memory this process may use: its cgroup's limit, ``RLIMIT_AS``, physical
+  memory; ``JITOPS_RECYCLE_MB`` overrides, 0 turns recycling off) and number at most
+  ``TRACKED_MAX``; idle ones are freed, least recently handed out first, *before* a new
+  buffer is allocated, never after;
+* an allocation that fails is tried once more after every idle buffer is freed;
+* a buffer idle for ``config.RECYCLE_IDLE_MS`` is freed by a reaper thread, which runs only
+  while buffers are followed.
+
+A buffer no longer followed is an ordinary array, freed with its last view; :func:`release`
+frees every idle one now.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
+import time
 
 import numpy as np
 
-from ..core import config
+from ..core import config, limits
 from . import hooks, lifecycle
 
 _get_ident = threading.get_ident
@@ -41,11 +49,15 @@ TRACKED_MAX = 16
 
 _buffers: list[np.ndarray] = []  # least recently handed out first
 _lock = threading.Lock()
+_reaper_guard = threading.Lock()
 #: The thread inside ``_lock``'s block, if any: that block runs Python code (reference
 #: counts, a new array), where a signal handler or a ``__del__`` may run and call jitops on
 #: the same thread; such a nested call gets a fresh buffer instead of waiting for the lock.
 _owner = [None]
-_stats = {"new": 0, "reused": 0}
+_stats = {"new": 0, "reused": 0, "retried": 0, "reaped": 0}
+#: When each followed buffer was first seen idle by the reaper (by ``id``; none: in use).
+_idle_since: dict[int, float] = {}
+_reaper: list = [None]  # the reaper thread while one runs
 
 
 def _counts(buffers: list) -> list[int]:
@@ -101,33 +113,101 @@ def _locked(fn, *args):
             _owner[0] = None
 
 
+def _cap() -> int:
+    """The budget now: ``config.RECYCLE_BYTES``, lowered by a resource limit the program set
+    after jitops was imported (unless ``JITOPS_RECYCLE_MB`` chose the budget)."""
+    cap = config.RECYCLE_BYTES
+    if not config.RECYCLE_EXPLICIT:
+        limit = limits.address_limit()
+        if limit is not None:
+            cap = min(cap, config.recycle_budget(limit))
+    return cap
+
+
 def _take(nbytes: int) -> np.ndarray:
-    buf = _locked(_take_locked, nbytes, config.RECYCLE_BYTES)
-    return np.empty(nbytes, np.uint8) if buf is None else buf
+    buf = _locked(_take_locked, nbytes, _cap())
+    if buf is None:  # a nested call: a fresh buffer, not followed
+        return np.empty(nbytes, np.uint8)
+    if _reaper[0] is None:
+        _start_reaper()
+    return buf
+
+
+def _forget(i: int) -> np.ndarray:
+    buf = _buffers.pop(i)
+    _idle_since.pop(id(buf), None)
+    return buf
 
 
 def _take_locked(nbytes: int, cap: int) -> np.ndarray:
     counts = _counts(_buffers)
-    found = None
     for i, c in enumerate(counts):
         if c == _IDLE and _buffers[i].nbytes == nbytes:
-            found = i
-            break
-    if found is not None:
-        buf = _buffers.pop(found)
-        _stats["reused"] += 1
-    else:
+            _stats["reused"] += 1
+            buf = _forget(i)
+            _buffers.append(buf)
+            return buf
+    # Make room first: follow at most `cap` bytes (in use or idle) and TRACKED_MAX buffers,
+    # the least recently handed out going first (freed when idle; when in use, only no
+    # longer followed), so that idle memory is never held beside a new allocation past cap.
+    followed = nbytes <= cap
+    total = nbytes + sum(b.nbytes for b in _buffers)
+    while _buffers and (total > cap or (followed and len(_buffers) >= TRACKED_MAX)):
+        total -= _forget(0).nbytes
+    del counts
+    try:
         buf = np.empty(nbytes, np.uint8)
-        _stats["new"] += 1
-    if nbytes <= cap:
-        # Follow at most `cap` bytes (in use or idle, so the idle ones never exceed it
-        # whenever results are dropped) and TRACKED_MAX buffers: the least recently
-        # handed out go first (freed when idle; when in use, only no longer followed).
-        total = nbytes + sum(b.nbytes for b in _buffers)
-        while _buffers and (total > cap or len(_buffers) >= TRACKED_MAX):
-            total -= _buffers.pop(0).nbytes
+    except MemoryError:  # what idle buffers still hold may be what it lacks
+        _release_locked()
+        _stats["retried"] += 1
+        buf = np.empty(nbytes, np.uint8)
+    _stats["new"] += 1
+    if followed:
         _buffers.append(buf)
     return buf
+
+
+def _start_reaper() -> None:
+    """Start the thread that frees buffers idle for ``config.RECYCLE_IDLE_MS`` (it ends by
+    itself once nothing is followed; a daemon, so it never holds up the interpreter's exit)."""
+    with _reaper_guard:
+        if _reaper[0] is not None:
+            return
+        t = threading.Thread(target=_reap, name="jitops-recycle-reaper", daemon=True)
+        _reaper[0] = t
+    try:
+        t.start()
+    except RuntimeError:  # no thread can be started (a limit, or the interpreter exiting)
+        _reaper[0] = None
+
+
+def _reap() -> None:
+    idle_s = config.RECYCLE_IDLE_MS / 1000
+    while True:
+        time.sleep(idle_s / 2)
+        if _locked(_reap_locked, idle_s) is False:
+            return
+
+
+def _reap_locked(idle_s: float) -> bool:
+    """Free buffers seen idle for ``idle_s``; False (and the reaper ends) once none is left."""
+    now = time.monotonic()
+    counts = _counts(_buffers)
+    keep = []
+    for b, c in zip(_buffers, counts):
+        if c != _IDLE:
+            _idle_since.pop(id(b), None)
+            keep.append(b)
+        elif now - _idle_since.setdefault(id(b), now) < idle_s:
+            keep.append(b)
+        else:
+            _idle_since.pop(id(b), None)
+            _stats["reaped"] += 1
+    _buffers[:] = keep
+    if not keep:
+        _reaper[0] = None
+        return False
+    return True
 
 
 def release() -> int:
@@ -139,6 +219,9 @@ def _release_locked() -> int:
     counts = _counts(_buffers)
     freed = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
     _buffers[:] = [b for b, c in zip(_buffers, counts) if c != _IDLE]
+    live = {id(b) for b in _buffers}
+    for k in [k for k in _idle_since if k not in live]:
+        del _idle_since[k]
     return freed
 
 
@@ -151,15 +234,18 @@ def _status_locked() -> dict:
     counts = _counts(_buffers)
     idle = sum(b.nbytes for b, c in zip(_buffers, counts) if c == _IDLE)
     return {"enabled": enabled(), "min_bytes": config.RECYCLE_MIN_BYTES,
-            "cap_bytes": config.RECYCLE_BYTES, "followed": len(_buffers),
+            "cap_bytes": config.RECYCLE_BYTES, "cap_source": config.RECYCLE_SOURCE,
+            "idle_ms": config.RECYCLE_IDLE_MS, "followed": len(_buffers),
             "idle_bytes": idle, **_stats}
 
 
 def _after_fork_in_child() -> None:
     # A fork while another thread held the lock leaves it held in the child for ever.
-    global _lock
+    global _lock, _reaper_guard
     _lock = threading.Lock()
+    _reaper_guard = threading.Lock()
     _owner[0] = None
+    _reaper[0] = None  # the parent's reaper did not cross the fork
 
 
 lifecycle.at_fork_in_child(_after_fork_in_child)
