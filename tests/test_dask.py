@@ -128,6 +128,12 @@ def _kernels_used() -> bool:
     return api is not None and len(api._FAST) > 0
 
 
+def _thread_count():
+    from jitops.cpu import parallel
+
+    return jitops.get_num_threads(), parallel.info()["num_threads_source"]
+
+
 def test_two_process_local_cluster():
     cluster = distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
                                        host="127.0.0.1", dashboard_address=None,
@@ -155,6 +161,10 @@ def test_two_process_local_cluster():
         # the chunks ran in the worker processes, with jitops' kernels
         ran = client.run(_kernels_used)
         assert len(ran) == 2 and all(ran.values()), ran
+        # a nanny sets OMP_NUM_THREADS=1 in its workers so that libraries do not multiply
+        # threads by workers: jitops honours it as PyTorch and numexpr do
+        threads = client.run(_thread_count)
+        assert set(threads.values()) == {(1, "OMP_NUM_THREADS")}, threads
     finally:
         client.close()
         cluster.close()

@@ -298,3 +298,97 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
         np.testing.assert_array_equal(jitops.subtract(x, 3.0), x - np.float32(3.0))
     np.testing.assert_array_equal(out, x - y)
     assert jobs() - before == 6
+
+
+# -- the conventions of a crowded machine ------------------------------------------------------
+
+
+def _count_in_child(env: dict, prelude: str = "") -> tuple[int, str]:
+    code = textwrap.dedent(prelude) + textwrap.dedent("""
+        import jitops
+        from jitops.cpu import parallel
+        print(jitops.get_num_threads(), parallel.info()["num_threads_source"], sep="|")
+    """)
+    base = {k: v for k, v in os.environ.items()
+            if k not in ("OMP_NUM_THREADS", "JITOPS_NUM_THREADS")}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120, env={**base, **env})
+    assert p.returncode == 0, p.stderr[-3000:]
+    n, source = p.stdout.strip().splitlines()[-1].split("|")
+    return int(n), source
+
+
+@pytest.mark.parametrize("env, want", [
+    ({"OMP_NUM_THREADS": "1"}, (1, "OMP_NUM_THREADS")),
+    ({"OMP_NUM_THREADS": "1,4"}, (1, "OMP_NUM_THREADS")),  # OpenMP's list: the first level
+    ({"OMP_NUM_THREADS": "1", "JITOPS_NUM_THREADS": "2"}, (min(2, POOL), "JITOPS_NUM_THREADS")),
+    ({"OMP_NUM_THREADS": "lots"}, (min(os.cpu_count() or 1, POOL), "affinity")),  # ignored
+    ({"OMP_NUM_THREADS": "0"}, (min(os.cpu_count() or 1, POOL), "affinity")),
+], ids=["omp 1", "omp list", "jitops first", "omp garbage", "omp 0"])
+def test_omp_num_threads_sets_the_default_below_jitops_own_variable(env, want):
+    if want[1] == "affinity" and len(os.sched_getaffinity(0)) != (os.cpu_count() or 1):
+        pytest.skip("this process's affinity is not every CPU")
+    assert _count_in_child(env) == want
+
+
+def test_omp_num_threads_does_not_override_set_num_threads_or_threads():
+    n, source = _count_in_child({"OMP_NUM_THREADS": "1"}, "import jitops\n"
+                                "jitops.set_num_threads(2)\n")
+    assert (n, source) == (min(2, POOL), "set_num_threads")
+
+
+def test_a_cgroup_cpu_quota_is_read_v1_and_v2(tmp_path, monkeypatch):
+    from jitops.core import limits
+
+    (tmp_path / "proc").write_text("2:cpu,cpuacct:/box\n0::/app\n")
+    v1 = tmp_path / "cpu,cpuacct" / "box"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("150000")
+    (v1 / "cpu.cfs_period_us").write_text("100000")
+    monkeypatch.setattr(limits, "CGROUP_ROOT", str(tmp_path))
+    monkeypatch.setattr(limits, "PROC_CGROUP", str(tmp_path / "proc"))
+    assert limits.cpu_quota() == (2, str(v1 / "cpu.cfs_quota_us"))  # 1.5 CPUs: 2 threads
+    (v1 / "cpu.cfs_quota_us").write_text("-1")  # no quota
+    assert limits.cpu_quota() == (None, "")
+    (tmp_path / "cgroup.controllers").write_text("cpu memory\n")
+    app = tmp_path / "app"
+    app.mkdir()
+    (app / "cpu.max").write_text("100000 100000\n")
+    assert limits.cpu_quota() == (1, str(app / "cpu.max"))
+    (app / "cpu.max").write_text("max 100000\n")
+    assert limits.cpu_quota() == (None, "")
+
+
+def test_a_real_cgroup_cpu_quota_caps_the_default():
+    """A container run with ``--cpus=1`` on a larger host: the affinity shows every core,
+    the quota allows one; jitops runs one thread where Python's os.cpu_count() says more."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: a quota of one changes nothing")
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next(ln.split(":", 2)[2].strip() for ln in f
+                       if "cpu" in ln.split(":")[1].split(","))
+    except (OSError, StopIteration):
+        rel = None
+    d = None
+    if rel is not None:
+        d = os.path.join("/sys/fs/cgroup/cpu", rel.lstrip("/"), f"jitops-test-{os.getpid()}")
+        try:
+            os.mkdir(d)
+        except OSError:
+            d = None
+    if d is None:
+        pytest.skip("this machine lets no test make a cgroup v1 cpu group (not root, no "
+                    "cgroup v1 cpu hierarchy, or a read-only one)")
+    try:
+        with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
+            f.write("100000")
+        with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
+            f.write("100000")
+        n, source = _count_in_child({}, f"""
+            with open({os.path.join(d, "cgroup.procs")!r}, "w") as f:
+                f.write("0")  # this process joins the group
+        """)
+        assert n == 1 and "CPU quota" in source, (n, source)
+    finally:
+        os.rmdir(d)

@@ -41,8 +41,9 @@ actually loaded, how it may launch (:func:`parallel_allowed`, :func:`launch_para
 
 How many threads a kernel uses is jitops' own setting (SPEC 1.2), never Numba's process
 state: :func:`get_num_threads`, :func:`set_num_threads` (process-wide), ``with threads(n):``
-(this Python thread only, nestable) and ``JITOPS_NUM_THREADS``; the default is the CPUs this
-process may run on (its affinity), at most Numba's pool (``NUMBA_NUM_THREADS``). A launch on
+(this Python thread only, nestable), ``JITOPS_NUM_THREADS`` and ``OMP_NUM_THREADS``; the
+default is the CPUs this process may run on (its affinity, capped by a cgroup CPU quota), at
+most Numba's pool (``NUMBA_NUM_THREADS``). A launch on
 Numba's layer sets Numba's thread-local count for its own duration and restores it after, so
 other Numba users in the process see what they set. One thread means the serial kernels;
 ``with serial():`` is ``threads(1)`` (Dask's chunk tasks).
@@ -64,6 +65,7 @@ import numba
 import numpy as np
 from numba import types
 
+from ..core import limits
 from . import hooks, lifecycle, omp, pool
 
 _I64 = types.int64
@@ -269,9 +271,23 @@ def _checked(n, what: str) -> int:
     return min(n, pool_size())
 
 
-def default_threads() -> int:
-    """The count before any :func:`set_num_threads`: ``JITOPS_NUM_THREADS`` if set (at most
-    Numba's pool), else this process's affinity (at most Numba's pool)."""
+def _omp_num_threads() -> int | None:
+    """``OMP_NUM_THREADS``'s first count (OpenMP allows a list, one per nesting level), as
+    PyTorch and numexpr read it; None where unset or not a positive integer (OpenMP ignores
+    such a value too)."""
+    text = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
+    try:
+        n = int(text)
+    except ValueError:
+        return None
+    return n if n >= 1 else None
+
+
+def default_source() -> tuple[int, str]:
+    """The count before any :func:`set_num_threads` and where it came from, the first that
+    is set of: ``JITOPS_NUM_THREADS``, ``OMP_NUM_THREADS`` (a Dask nanny sets it to 1 in its
+    workers), the CPUs this process may run on -- its affinity, capped by its cgroup's CPU
+    quota (a container's ``--cpus``). Never more than Numba's pool."""
     env = os.environ.get(ENV_THREADS, "").strip()
     if env:
         try:
@@ -280,8 +296,19 @@ def default_threads() -> int:
             n = 0
         if n < 1:
             raise ValueError(f"{ENV_THREADS} must be a positive integer, got {env!r}")
-        return min(n, pool_size())
-    return min(affinity(), pool_size())
+        return min(n, pool_size()), ENV_THREADS
+    n = _omp_num_threads()
+    if n is not None:
+        return min(n, pool_size()), "OMP_NUM_THREADS"
+    quota, where = limits.cpu_quota()
+    if quota is not None and quota < affinity():
+        return min(quota, pool_size()), f"the cgroup's CPU quota ({where})"
+    return min(affinity(), pool_size()), "affinity"
+
+
+def default_threads() -> int:
+    """The count before any :func:`set_num_threads` (:func:`default_source`)."""
+    return default_source()[0]
 
 
 def _process_threads() -> int:
@@ -297,8 +324,9 @@ def get_num_threads() -> int:
     """The number of threads jitops' CPU kernels use for calls from this Python thread.
 
     The innermost ``with jitops.threads(n):`` block of this thread if any, else what
-    :func:`set_num_threads` set, else ``JITOPS_NUM_THREADS``, else the CPUs this process may
-    run on (its affinity); never more than Numba's thread pool. Arrays below the parallel
+    :func:`set_num_threads` set, else ``JITOPS_NUM_THREADS``, else ``OMP_NUM_THREADS``, else
+    the CPUs this process may run on (its affinity, capped by its cgroup's CPU quota); never
+    more than Numba's thread pool. Arrays below the parallel
     threshold run serially whatever this says.
 
     Returns
@@ -545,8 +573,7 @@ def info() -> dict:
         "threading_layer": threading_layer(),
         "num_threads": get_num_threads(),
         "num_threads_source": ("set_num_threads" if _setting and _setting[2] else
-                               ENV_THREADS if os.environ.get(ENV_THREADS, "").strip() else
-                               "affinity"),
+                               default_source()[1]),
         "affinity": affinity(),
         "numba_pool": pool_size(),
         "parallel": parallel,
