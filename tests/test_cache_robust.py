@@ -257,3 +257,106 @@ def test_an_unwritable_cache_still_gives_the_right_stamp(tmp_path, monkeypatch):
     blocker.write_text("not a directory")
     assert _stamp_in(monkeypatch, blocker / "cache") == _true_stamp()
     assert sorted(os.listdir(tmp_path)) == ["a-file"]  # no temporary file left behind
+
+
+# -- a cache no one else can write ------------------------------------------------------------
+
+def _run_full(cache_dir, user: int | None = None, **env) -> subprocess.CompletedProcess:
+    e = dict(os.environ, **env)
+    if cache_dir is not None:
+        e["JITOPS_CACHE_DIR"] = str(cache_dir)
+    e.pop("JITOPS_CACHE", None)
+    return subprocess.run([sys.executable, "-c", CALL], env=e, capture_output=True, text=True,
+                          timeout=300, user=user)
+
+
+def _listing(d) -> dict:
+    out = {}
+    for dirpath, _, files in os.walk(d):
+        for n in files:
+            p = os.path.join(dirpath, n)
+            out[p] = os.lstat(p).st_mtime_ns
+    return out
+
+
+def _other_owner(path) -> None:
+    """``path`` and what is in it, owned by another user (needs root)."""
+    if os.geteuid() != 0:
+        pytest.skip("giving a directory to another user needs root")
+    os.lchown(path, 4242, 4242)
+    for dirpath, dirs, files in os.walk(path):
+        for n in [dirpath, *(os.path.join(dirpath, f) for f in dirs + files)]:
+            os.lchown(n, 4242, 4242)
+
+
+@pytest.mark.parametrize("how", ["another owner", "world-writable", "group-writable",
+                                 "a symlink at the path"])
+def test_a_cache_directory_others_can_write_is_neither_read_nor_written(populated, tmp_path,
+                                                                        how):
+    target = populated
+    if how == "another owner":
+        _other_owner(populated)
+    elif how == "world-writable":
+        os.chmod(populated, 0o777)
+    elif how == "group-writable":
+        os.chmod(populated, 0o770)
+    else:
+        target = tmp_path / "planted"
+        os.symlink(populated, target)  # a well-formed cache, reached through a link
+    before = _listing(populated)
+    res = _run_full(target)
+    assert res.returncode == 0, res.stderr[-3000:]
+    hits, misses = map(int, res.stdout.split()[-2:])
+    assert hits == 0 and misses == 1  # compiled afresh, nothing loaded
+    assert _listing(populated) == before  # and nothing written
+    assert f"not using the kernel cache directory {target}" in res.stderr
+    assert res.stderr.count("not using the kernel cache directory") == 1  # warned once
+
+
+@pytest.mark.parametrize("how", ["another owner", "group-writable", "a symlink"])
+def test_a_cache_file_others_could_have_written_is_never_loaded(populated, how):
+    index, _ = _task_files(populated)
+    p = populated / index
+    if how == "another owner":
+        _other_owner(p)
+    elif how == "group-writable":
+        os.chmod(p, 0o664)
+    else:
+        real = populated / "elsewhere.nbi"
+        os.rename(p, real)
+        os.symlink(real, p)
+    assert _run(populated) == (0, 1)  # not loaded; rewritten as this user's own file
+    st = os.lstat(p)
+    assert st.st_uid == os.getuid() and not st.st_mode & 0o022 and not os.path.islink(p)
+    assert _run(populated) == (1, 0)
+
+
+def test_jitops_makes_its_cache_directory_private(tmp_path):
+    d = tmp_path / "deep" / "cache"
+    assert _run(d) == (0, 1)
+    assert (os.stat(d).st_mode & 0o777) == 0o700
+
+
+def test_a_squatted_temporary_cache_directory_is_not_used(tmp_path):
+    """No home directory (a service account, ``docker run --user``): the cache falls back to
+    ``$TMPDIR/jitops-cache-<uid>``, a name anyone can make first. Made beforehand by another
+    user (mode 0777), it is refused by the user it was meant to trap."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    os.chmod(tmp, 0o1777)  # a world-writable temporary directory, sticky as /tmp is
+    squat = tmp / f"jitops-cache-{os.getuid()}"
+    squat.mkdir()
+    os.chmod(squat, 0o777)
+    if os.geteuid() == 0:
+        os.chown(squat, 4242, 4242)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HOME", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR", "JITOPS_CACHE_DIR",
+                        "JITOPS_CACHE")}
+    env["TMPDIR"] = str(tmp)
+    env["HOME"] = "nowhere"  # a home that does not resolve (config.home: not absolute)
+    res = subprocess.run([sys.executable, "-c", CALL], env=env, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert f"not using the kernel cache directory {squat}" in res.stderr
+    assert os.listdir(squat) == []
+    assert tuple(map(int, res.stdout.split()[-2:])) == (0, 1)

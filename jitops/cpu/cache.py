@@ -6,6 +6,13 @@ a hash of all of them (and Numba's version), so editing any of them invalidates 
 instead of silently loading stale machine code. Entries are overwritten in place, so repeated
 runs do not grow the cache.
 
+A cache is machine code and pickles: whoever can write its directory can run code in the
+process that loads it. So jitops makes its directory itself (mode 0700) and, before reading
+or writing anything there, checks that the directory and each file it reads belong to this
+user, are not symbolic links and cannot be written by group or others
+(:func:`trusted_dir`, :func:`_read_trusted`); a directory that fails runs without a disk
+cache, with one warning naming it and why.
+
 A cache is an optimisation: it never makes a call fail. Every file carries a SHA-256 of its
 payload, and a loaded kernel must have the signature that was asked for; anything that does
 not verify (truncated, empty, garbage, swapped, a directory in a file's place) is treated as
@@ -17,8 +24,11 @@ compiled kernels simply stay in memory.
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
+import stat
+import warnings
 
 import numba
 from numba.core.caching import (
@@ -100,10 +110,11 @@ def memoized_stamp(name: str, extra: str, kernel_modules: tuple[str, ...]) -> st
     except OSError:  # a source file vanished while we looked: no memo this time
         return content_stamp(extra, stamped_files(kernel_modules))
     where = hashlib.sha256(sources.ROOT.encode()).hexdigest()[:16]
+    if not trusted_dir(_config.cache_dir()):
+        return content_stamp(extra, stamped_files(kernel_modules))
     path = os.path.join(_config.cache_dir(), f"{name}-{where}")
     try:
-        with open(path, encoding="ascii") as f:
-            k, v = f.read(200).split()
+        k, v = _read_trusted(path)[:200].decode("ascii").split()
         if k == key and _is_digest(v):
             return v
     except Exception:  # missing, unreadable, garbage, a directory: recompute
@@ -123,6 +134,65 @@ def memoized_stamp(name: str, extra: str, kernel_modules: tuple[str, ...]) -> st
         if not isinstance(e, OSError):
             raise
     return v
+
+
+class Untrusted(OSError):
+    """A cache directory or file that others could have written."""
+
+
+def _why_untrusted(st: os.stat_result, want_dir: bool) -> str | None:
+    """Why an object with status ``st`` (of ``lstat``/``fstat``) cannot be trusted."""
+    if stat.S_ISLNK(st.st_mode):
+        return "it is a symbolic link"
+    if want_dir and not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if not want_dir and not stat.S_ISREG(st.st_mode):
+        return "it is not a regular file"
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        return f"it is owned by uid {st.st_uid}, not by this user (uid {os.getuid()})"
+    if st.st_mode & 0o022:
+        return f"group or others may write it (mode {stat.S_IMODE(st.st_mode):04o})"
+    return None
+
+
+_warned: set[str] = set()
+
+
+def trusted_dir(path: str) -> bool:
+    """Whether cache directory ``path`` may be read and written: made here (mode 0700) where
+    missing, else checked (:func:`_why_untrusted`). False, with one warning per directory,
+    where it cannot be trusted; also False where it is missing and cannot be made."""
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    except OSError:  # cannot be made (read-only, a file in the way): nothing to read either
+        return False
+    try:
+        why = _why_untrusted(os.lstat(path), want_dir=True)
+    except OSError:
+        return False
+    if why is not None:
+        if path not in _warned:
+            _warned.add(path)
+            warnings.warn(f"jitops: not using the kernel cache directory {path}: {why}; "
+                          "whoever can write it could run code in this process. Kernels are "
+                          "compiled in memory instead (set JITOPS_CACHE_DIR to a directory "
+                          "of your own, or JITOPS_CACHE=0).", RuntimeWarning, stacklevel=3)
+        return False
+    return True
+
+
+def _read_trusted(path: str) -> bytes:
+    """The contents of cache file ``path``, opened without following a link and checked
+    (:func:`_why_untrusted`) on the open descriptor; :class:`Untrusted` where it fails."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    with os.fdopen(fd, "rb") as f:
+        why = _why_untrusted(os.fstat(fd), want_dir=False)
+        if why is not None:
+            raise Untrusted(f"{path}: {why}")
+        return f.read()
 
 
 class LocatorMixin:
@@ -152,11 +222,14 @@ class LocatorMixin:
     @classmethod
     def from_function(cls, py_func, py_file):
         self = cls(py_func, py_file)
+        path = self.get_cache_path()
+        root = _config.cache_dir()
+        if not trusted_dir(root) or (path != root and not trusted_dir(path)):
+            return None  # others could write it, or it is missing and cannot be made
         try:
             self.ensure_cache_path()
         except OSError:
             # not writable (read-only, full disk): still read what is there, if anything
-            path = self.get_cache_path()
             if os.path.isdir(path) and os.access(path, os.R_OK | os.X_OK):
                 return self
             return None  # nothing to read either: run uncached rather than fail
@@ -204,9 +277,9 @@ class _CheckedCacheFile(IndexDataCacheFile):
 
     def _load_index(self) -> dict:
         try:
-            with open(self._index_path, "rb") as f:
-                version = pickle.load(f)
-                data = f.read()
+            f = io.BytesIO(_read_trusted(self._index_path))
+            version = pickle.load(f)
+            data = f.read()
         except FileNotFoundError:
             return {}
         except Exception:  # unreadable, truncated, garbage, a directory
@@ -225,8 +298,11 @@ class _CheckedCacheFile(IndexDataCacheFile):
 
     def _load_data(self, name: str):
         path = self._data_path(name)
-        with open(path, "rb") as f:  # OSError: treated as a missing entry by load()
-            data = f.read()
+        try:
+            data = _read_trusted(path)  # OSError: treated as a missing entry by load()
+        except Untrusted:
+            _discard(path)
+            raise
         try:
             return self._verified(data)
         except Exception:
