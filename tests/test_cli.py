@@ -153,3 +153,22 @@ def test_bench_runs_from_an_installed_package(tmp_path):
         [sys.executable, "-c", "import jitops; print(jitops.__file__)"], cwd=run, env=env,
         capture_output=True, text=True).stdout
     assert (run / "jitops-bench-results" / "latest.json").is_file()
+
+
+def test_jitops_imports_and_runs_from_the_folder_that_holds_the_clone(tmp_path):
+    """After the README's commands, `cd ..` from the clone (a folder named jitops, as
+    `git clone` makes it): that folder must not shadow the installed package as an empty
+    namespace package. Here the folder holding the clone is made beside a link named jitops
+    to this checkout's root."""
+    import jitops
+
+    root = Path(jitops.__file__).resolve().parent.parent
+    (tmp_path / "jitops").symlink_to(root, target_is_directory=True)
+    code = "import jitops; print(jitops.subtract(3, 1), jitops.elementwise_sub.__name__)"
+    res = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout.split() == ["2", "elementwise_sub"], \
+        res.stderr[-3000:]
+    res = subprocess.run([sys.executable, "-m", "jitops", "info"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "threading layer" in res.stdout, res.stderr[-3000:]
