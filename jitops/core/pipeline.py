@@ -196,8 +196,16 @@ def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
         except Exception as e:
             raise TypeError(f"jitops.{fname}: {name} cannot be converted to an array: {e}") \
                 from None
+        if v is None:
+            raise TypeError(f"jitops.{fname}: {name} is None, not an array or a number")
+        if a.dtype.kind in "OUSV" and not isinstance(v, (list, tuple)):
+            # what the object is, not the dtype NumPy would have wrapped it in (NumPy's
+            # ufuncs name the Python type too)
+            raise TypeError(f"jitops.{fname}: {name} is of unsupported type "
+                            f"{type(v).__name__!r}, not an array or a number")
     check_dtype(a.dtype, name, fname)
     return a
+
 
 
 def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
