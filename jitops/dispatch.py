@@ -25,6 +25,7 @@ balanced for, and only while the calling thread's count is still that.
 
 from __future__ import annotations
 
+import cmath
 import functools
 import math
 import time
@@ -454,6 +455,15 @@ def call_op(op: str, fname: str, x, y, broadcast="numpy", axis=-1, act=None, out
     return fn(x, y, broadcast=broadcast, axis=axis, act=act, out=out, device=device)
 
 
+def _cast_overflowed(v, a: np.ndarray) -> bool:
+    """Whether the weak scalar ``v`` became an infinity in ``a`` (``x - 2**31`` on float16):
+    NumPy reports that cast's overflow on every call, so it is converted on every call."""
+    if a.dtype.kind not in "fc" or np.isfinite(a):
+        return False
+    return type(v) is int or (type(v) is float and math.isfinite(v)) or \
+        (type(v) is complex and cmath.isfinite(v))
+
+
 def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
     """The fast path with one weak Python scalar operand, keyed by the scalar's type; a serial
     launch is remembered with the scalar object and the 0-d array it became (``memo``)."""
@@ -476,8 +486,8 @@ def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
         stamp = _STAMP[0]  # before the count: see _remember
         if launch.run(target, xa, ya, fname, out) == _OK:
             threads = _threads_to_remember(launch)
-            if threads:
-                weak = (x, xa, True) if xa is not x else (y, ya, False)
+            weak = (x, xa, True) if xa is not x else (y, ya, False)
+            if threads and not _cast_overflowed(weak[0], weak[1]):
                 weak[1].flags.writeable = False  # this call's own: nobody writes it
                 _push(memo, _remember(key, launch, target, xa, ya, out, broadcast, axis,
                                       act, threads, stamp, weak=weak))

@@ -52,9 +52,15 @@ def _stacklevel() -> int:
 
 
 def report(flags: int, fname: str) -> None:
-    """Act on the raised ``flags`` as ``np.geterr()`` says (see the module docstring)."""
+    """Act on the raised ``flags`` as ``np.geterr()`` says (see the module docstring). An
+    ``errcall`` function gets every raised kind's code ORed (NumPy's whole status), once per
+    kind that calls it."""
     err = None
-    for bit, key, words, code in _KINDS:
+    status = 0
+    for bit, _, _, code in _KINDS:
+        if flags & bit:
+            status |= code
+    for bit, key, words, _ in _KINDS:
         if not flags & bit:
             continue
         if err is None:
@@ -68,7 +74,7 @@ def report(flags: int, fname: str) -> None:
         if how == "warn":
             warnings.warn(msg, RuntimeWarning, stacklevel=_stacklevel())
         elif how == "call":
-            np.geterrcall()(words, code)
+            np.geterrcall()(words, status)
         elif how == "print":
             print(f"Warning: {msg}")
         elif how == "log":

@@ -78,24 +78,49 @@ def complex_multiply_fma(a, b, T):
     return T(complex(fma(ar, br, -(ai * bi)), fma(ar, bi, ai * br)))
 
 
-def complex_divide(a, b, T):
-    """Smith's algorithm, exactly as NumPy's ``@TYPE@_divide`` loop (``loops.c.src``).
+def ge_signaling(a, b):
+    """``a >= b`` as C compiles it: an ordered comparison that raises *invalid* where ``a`` or
+    ``b`` is NaN (x86's ``comisd``; LLVM's own ``fcmp`` is quiet). Each CPU target compiles
+    its own (jitops.cpu.spec); on a target without floating-point flags it is just ``>=``."""
+    return a >= b
 
-    A zero divisor gives NumPy's inf/nan (each part divided by +0), never an exception.
+
+def complex_divide(a, b, T):
+    """Smith's algorithm, with NumPy's ``@TYPE@_divide`` loop's (``loops.c.src``) values and
+    floating-point flags.
+
+    NumPy's two branches differ only in which divisor part is the larger: here the parts are
+    chosen first and one set of operations runs, so that where the divisor is the same for
+    every element (a scalar, a broadcast row) and the compiler computes it once, no operation
+    of the branch not taken raises a flag NumPy's loop does not. A zero divisor gives NumPy's
+    inf/nan (each part divided by +0), a NaN part its *invalid* (its comparison's).
     """
     in1r, in1i, in2r, in2i = a.real, a.imag, b.real, b.imag
     one = T(1).real
+    zero = one - one
     in2r_abs = abs(in2r)
     in2i_abs = abs(in2i)
-    if in2r_abs >= in2i_abs:
-        if in2r_abs == 0 and in2i_abs == 0:
-            return T(complex(in1r / in2r_abs, in1i / in2i_abs))
-        rat = in2i / in2r
-        scl = one / (in2r + in2i * rat)
-        return T(complex((in1r + in1i * rat) * scl, (in1i - in1r * rat) * scl))
-    rat = in2r / in2i
-    scl = one / (in2i + in2r * rat)
-    return T(complex((in1r * rat + in1i) * scl, (in1i * rat - in1r) * scl))
+    real_first = ge_signaling(in2r_abs, in2i_abs)
+    nil = in2r_abs == zero and in2i_abs == zero
+    big = in2r if real_first else in2i
+    small = in2i if real_first else in2r
+    if nil:  # every operation below on harmless values; the parts divided by +0 instead
+        big, small, p, q, dr, di = one, zero, zero, zero, in2r_abs, in2i_abs
+    else:
+        p, q, dr, di = in1r, in1i, one, one
+    rat = small / big
+    scl = one / (big + small * rat)
+    g1 = one if real_first else rat
+    g2 = rat if real_first else one
+    # NumPy's (in1r + in1i * rat, in1i - in1r * rat) or (in1r * rat + in1i, in1i * rat - in1r),
+    # a factor of one where a part is not multiplied (exact, and raising nothing)
+    re = (p * g1 + q * g2) * scl
+    im = (q * g1 - p * g2) * scl
+    sr = in1r / dr
+    si = in1i / di
+    if nil:
+        return T(complex(sr, si))
+    return T(complex(re, im))
 
 
 # NaN rules. Ties (including 0.0 vs -0.0) return the second operand, as NumPy's float32 and

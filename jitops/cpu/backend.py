@@ -112,6 +112,14 @@ class HostMemory:
 
 MEMORY = HostMemory()
 
+
+def _deliver(target: np.ndarray, out: np.ndarray | None) -> None:
+    """Copy a written stand-in ``target`` into the caller's ``out`` (misaligned, overlapping
+    an input, another byte order) before NumPy's errstate acts on the flags: NumPy writes
+    ``out`` and then raises, so a FloatingPointError must find it written too."""
+    if out is not None and target is not out:
+        np.copyto(out, target)
+
 #: What a kernel is given for each array: the object's address when the kernel can read the
 #: data pointer from the object itself (see jitops.cpu.kernels), else the data address (1 us).
 ref = id if kernels.DATA_OFFSET >= 0 else _address
@@ -321,6 +329,7 @@ class Launch:
                 if chosen is not None:
                     self.task, self.choice = chosen, None
         if status >= kernels.FP_RAISED:
+            _deliver(target, out)
             self.report(status, fname)
             return kernels.OK
         if status == kernels.TASK_FAILED:
@@ -420,6 +429,7 @@ class UserLaunch:
         if status == kernels.OK:
             return True
         if status >= kernels.FP_RAISED:  # written; NumPy's errstate decides the rest
+            _deliver(target, out)
             errstate.report(status, fname)
             return True
         if status == kernels.TASK_FAILED:

@@ -136,6 +136,26 @@ def _bfloat_narrow(builder, v):
     return builder.trunc(out, ir.IntType(16))
 
 
+@intrinsic
+def small_int_to_float(typingctx, v):
+    """An integer of at most 16 bits -> its float32 value, exactly, in registers whose other
+    lanes hold zeros: its bits added to those of 1.5 * 2**23 (one unit there is 1), and
+    1.5 * 2**23 subtracted. LLVM's ``sitofp`` (``cvtsi2ss``) writes one lane of a register and
+    keeps the rest; narrowed to float16 (F16C's packed ``vcvtps2ph``), a tiny value there
+    raised a spurious *underflow* (``float16 + int8``, NumPy reports none). Vectorises as
+    an integer add and a subtraction."""
+    if not isinstance(v, types.Integer) or v.bitwidth > 16:
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        wide = (builder.sext if v.signed else builder.zext)(args[0], i32)
+        bits = builder.add(wide, ir.Constant(i32, 0x4B400000))
+        return builder.fsub(builder.bitcast(bits, f32), ir.Constant(f32, 12582912.0))
+
+    return types.float32(v), codegen
+
+
 half_to_float = _widening("half_to_float", "float16 bits (uint16) -> float32 value.",
                           _half_widen)
 float_to_half = _narrowing("float_to_half", "float32 (or float64) -> float16 bits (uint16).",

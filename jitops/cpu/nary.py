@@ -72,7 +72,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
 from . import cache, pool, registries
-from .half import CONVERSIONS
+from .half import CONVERSIONS, small_int_to_float
 from .jit import ENTRY, driver, inner, wrapper
 from .kernels import (
     _LL32,
@@ -415,16 +415,22 @@ def _element_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
     """One output word from ``n`` input words, as Python source: the storage words widen to
     the compute type, the user's function runs, its value is stored as out's word."""
     args = ", ".join(f"w{k}" for k in range(1, n + 1))
-    vals = ", ".join(_load_expr(inputs[k - 1], f"w{k}") for k in range(1, n + 1))
+    vals = ", ".join(_load_expr(inputs[k - 1], f"w{k}", out) for k in range(1, n + 1))
     return (f"def element({args}):\n"
             f"    return {_store_expr(out, ret, f'FN({vals})')}\n")
 
 
-def _load_expr(dtype: str, word: str) -> str:
+def _load_expr(dtype: str, word: str, out: str = "") -> str:
     """Source of: a storage word -> its value (float16 bits widen to float32; a bool byte
-    reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``."""
+    reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``; into
+    a float16 result, small integers and bools as :func:`jitops.cpu.spec.load_word` loads
+    them."""
     if dtype in CONVERSIONS:
         return f"T({CONVERSIONS[dtype][0].__name__}({word}))"
+    if out == "float16" and dtype in ("int8", "uint8", "int16", "uint16"):
+        return f"T(small_int_to_float({word}))"
+    if out == "float16" and dtype == "bool":
+        return f"T(small_int_to_float(to_bool_byte({word})))"
     if dtype == "bool":
         return f"T({word} != 0)"
     return f"T({word})"
@@ -458,6 +464,7 @@ def _element_of(spec: UserSpecType):
         out_t = types.boolean if spec.out == "bool" else storage(spec.out)
         ns = {"FN": compiled_function(fn), "T": from_dtype(np.dtype(spec.compute)),
               "OUT": out_t, "F64": types.float64, "to_bool_byte": to_bool_byte,
+              "small_int_to_float": small_int_to_float,
               **{f.__name__: f for pair in CONVERSIONS.values() for f in pair}}
         source = _element_source(n, spec.inputs, spec.out, ret)
         exec(compile(source, f"<jitops user op element, {n} inputs>", "exec"), ns)

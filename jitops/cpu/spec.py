@@ -31,7 +31,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
 from ..core.dtypes import act_dtype
-from .half import CONVERSIONS
+from .half import CONVERSIONS, small_int_to_float
 from .jit import INNER, inner
 
 
@@ -196,6 +196,26 @@ def _identity(typingctx, v):
     return sig, codegen
 
 
+_SMALL_INTS = frozenset({"bool", "int8", "uint8", "int16", "uint16"})
+
+
+@intrinsic
+def _bool_as_float(typingctx, v):
+    """A bool byte -> 0.0 or 1.0 (any nonzero byte is True) as float32, as
+    :func:`jitops.cpu.half.small_int_to_float` makes it."""
+    if not isinstance(v, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        i32, f32 = ir.IntType(32), ir.FloatType()
+        nonzero = builder.icmp_unsigned("!=", args[0], ir.Constant(args[0].type, 0))
+        one = builder.zext(nonzero, i32)
+        bits = builder.add(one, ir.Constant(i32, 0x4B400000))
+        return builder.fsub(builder.bitcast(bits, f32), ir.Constant(f32, 12582912.0))
+
+    return types.float32(v), codegen
+
+
 @intrinsic
 def to_bool_byte(typingctx, v):
     """1 where ``v`` is nonzero (NaN included), else 0, as a uint8 (NumPy's bool store)."""
@@ -253,15 +273,55 @@ def _ov_fma(a, b, c):
     return None
 
 
+@intrinsic
+def _signaling_ge(typingctx, a, b):
+    """``a >= b`` raising *invalid* where ``a`` or ``b`` is NaN, as C's ``>=`` does on x86
+    (``comisd``; LLVM's scalar ``fcmp`` is quiet), in code that still vectorises.
+
+    The flag comes from capping each operand's magnitude at one, ``select(1 < m, 1, m)``,
+    which x86 computes with ``minsd`` (or an ordered ``cmpltsd``): both raise *invalid* on a
+    NaN, and on nothing else. The capped values' sum (0 to 2, or NaN: exact, no flag) is
+    tested ``<= 2``, which fails only where ``a >= b`` already does, and ANDed with it, so
+    that the cap stays in the code. Not a side effect: LLVM may compute it once for a
+    loop-invariant pair, as C compilers do.
+    """
+    if not (isinstance(a, types.Float) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ty = context.get_value_type(a)
+        fabs = builder.module.declare_intrinsic("llvm.fabs", [ty])
+        one = ir.Constant(ty, 1.0)
+        total = ir.Constant(ty, 0.0)
+        for v in args:
+            m = builder.call(fabs, [v])
+            total = builder.fadd(total, builder.select(builder.fcmp_ordered("<", one, m), one, m))
+        holds = builder.fcmp_ordered("<=", total, ir.Constant(ty, 2.0))
+        return builder.and_(builder.fcmp_ordered(">=", *args), holds)
+
+    return types.boolean(a, b), codegen
+
+
+@overload(_scalar.ge_signaling, jit_options=INNER)
+def _ov_ge_signaling(a, b):
+    if isinstance(a, types.Float) and a == b:
+        return lambda a, b: _signaling_ge(a, b)
+    return None
+
+
 def element(spec, a, b):
     """One output word from one x word and one y word (storage types in and out)."""
 
 
-def load_word(dtype: str):
+def load_word(dtype: str, out: str = ""):
     """Storage word -> value: float16 bits widen to float32; a bool byte reads as 0 or 1
-    whatever it holds (NumPy reads every nonzero byte as True); others as they are."""
+    whatever it holds (NumPy reads every nonzero byte as True); others as they are. Into a
+    float16 result, a bool or an integer of at most 16 bits becomes float32 through
+    :func:`jitops.cpu.half.small_int_to_float` (no stray lanes for the narrowing to see)."""
     if dtype in CONVERSIONS:
         return CONVERSIONS[dtype][0]
+    if out == "float16" and dtype in _SMALL_INTS:
+        return _bool_as_float if dtype == "bool" else small_int_to_float
     if dtype == "bool":
         return to_bool_byte
     return _identity
@@ -275,7 +335,7 @@ def _ov_element(spec, a, b):
     A = from_dtype(act_dtype(spec.act, np.dtype(spec.compute)))
     op = _jit(_scalar.OPS[spec.op])
     act = _jit(_scalar.ACTS[spec.act])
-    load_x, load_y = load_word(spec.x), load_word(spec.y)
+    load_x, load_y = load_word(spec.x, spec.out), load_word(spec.y, spec.out)
     if spec.out in CONVERSIONS:
         store = CONVERSIONS[spec.out][1]
     elif spec.out == "bool":

@@ -274,6 +274,12 @@ if not SIMULATOR:
             return lambda a, b, c: cuda.fma(a, b, c)
         return None
 
+    @_ext.overload(_scalar.ge_signaling, target="cuda")
+    def _ov_ge_signaling(a, b):  # a GPU keeps no floating-point flags
+        if isinstance(a, types.Float) and a == b:
+            return lambda a, b: a >= b
+        return None
+
     @_ext.overload(element, target="cuda")
     def _ov_element(spec, vals):
         if not isinstance(spec, CudaSpecType):
