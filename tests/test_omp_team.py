@@ -139,7 +139,10 @@ def test_imported_before_pytorch_the_team_is_used_at_once():
         assert omp.team() != 0, omp.status()
         x = np.arange(1_000_000, dtype=np.float64)
         assert np.array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
-        assert pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1
+        ctl = pool.get().ctl
+        assert pool.word(ctl, pool.C_BY_CALLER) == -1, (
+            omp.status(), jitops.get_num_threads(), len(pool.get().threads),
+            [pool.word(ctl, w) for w in (pool.C_OMP, pool.C_OMP_BACKOFF, pool.C_BY_CALLER)])
         print("ok")
     """
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
