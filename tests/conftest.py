@@ -21,6 +21,19 @@ settings.register_profile(
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+@pytest.fixture(autouse=True)
+def _environment_kept():
+    """Each test leaves ``os.environ`` as it found it. distributed's LocalCluster sets
+    ``OMP_NUM_THREADS=1`` in the *calling* process's environment for good (its
+    ``pre-spawn-environ``), and every process a later test of the same worker started then ran
+    jitops on one thread (jitops honours that variable)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
