@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 import jitops
@@ -79,3 +81,28 @@ def assert_same(got, exp, op: str = "", first=None, second=None):
 
 def call(op, *a, **k):
     return getattr(jitops, op)(*a, **k)
+
+
+def cgroup_v1_child(controller: str) -> str:
+    """A fresh cgroup v1 directory under this process's own group for ``controller``; the
+    test is skipped, with the reason, where this machine does not let one be made (not root,
+    no such v1 hierarchy, or a read-only one). The caller removes it (``os.rmdir``) once its
+    processes are gone; a child joins it with :func:`cgroup_join_source`."""
+    import pytest
+
+    try:
+        with open("/proc/self/cgroup") as f:
+            rel = next(ln.split(":", 2)[2].strip() for ln in f
+                       if controller in ln.split(":")[1].split(","))
+        d = os.path.join("/sys/fs/cgroup", controller, rel.lstrip("/"),
+                         f"jitops-test-{os.getpid()}")
+        os.mkdir(d)
+    except (OSError, StopIteration):
+        pytest.skip(f"this machine lets no test make a cgroup v1 {controller} group (not "
+                    f"root, no cgroup v1 {controller} hierarchy, or a read-only one)")
+    return d
+
+
+def cgroup_join_source(d: str) -> str:
+    """Python source that moves the process running it into cgroup ``d``."""
+    return f"with open({os.path.join(d, 'cgroup.procs')!r}, 'w') as f:\n    f.write('0')\n"

@@ -25,6 +25,8 @@ from jitops import dispatch
 from jitops.core import config
 from jitops.cpu import recycle
 
+from .helpers import cgroup_join_source, cgroup_v1_child
+
 N = 1 << 15  # elements of a test result: 128 KiB as float32, above the patched threshold
 MIN = 1 << 16
 
@@ -456,37 +458,15 @@ def test_the_budget_reads_a_cgroup_memory_limit_v1_and_v2(tmp_path, monkeypatch)
     assert limits.memory_limit() == (768 << 20, str(app / "memory.high"))
 
 
-def _cgroup_v1_child(controller: str) -> str | None:
-    """A fresh cgroup v1 directory under this process's own group for ``controller``, or
-    None where this machine does not let us make one."""
-    try:
-        with open("/proc/self/cgroup") as f:
-            rel = next(ln.split(":", 2)[2].strip() for ln in f
-                       if controller in ln.split(":")[1].split(","))
-    except (OSError, StopIteration):
-        return None
-    d = os.path.join("/sys/fs/cgroup", controller, rel.lstrip("/"), f"jitops-test-{os.getpid()}")
-    try:
-        os.mkdir(d)
-    except OSError:
-        return None
-    return d
-
-
 def test_the_budget_follows_a_real_cgroup_memory_limit():
-    d = _cgroup_v1_child("memory")
-    if d is None:
-        pytest.skip("this machine lets no test make a cgroup v1 memory group (not root, no "
-                    "cgroup v1 memory hierarchy, or a read-only one)")
+    d = cgroup_v1_child("memory")
     try:
         with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
             f.write(str(2 << 30))
-        code = f"""
-            with open({os.path.join(d, "cgroup.procs")!r}, "w") as f:
-                f.write("0")  # this process joins the group
+        code = cgroup_join_source(d) + textwrap.dedent("""
             from jitops.core import config
             print(config.RECYCLE_BYTES >> 20, config.RECYCLE_SOURCE)
-        """
+        """)
         p = _run(code, {"JITOPS_RECYCLE_MB": ""})
         assert p.returncode == 0, p.stderr[-3000:]
         mb, source = p.stdout.split(" ", 1)

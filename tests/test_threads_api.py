@@ -25,6 +25,8 @@ import jitops
 from jitops.core import config as _config
 from jitops.cpu import parallel
 
+from .helpers import cgroup_join_source, cgroup_v1_child
+
 POOL = parallel.pool_size()
 needs_two = pytest.mark.skipif(POOL < 2 or not parallel.parallel_allowed(),
                                reason="one CPU (or a serial-only layer): nothing to divide")
@@ -364,31 +366,13 @@ def test_a_real_cgroup_cpu_quota_caps_the_default():
     the quota allows one; jitops runs one thread where Python's os.cpu_count() says more."""
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: a quota of one changes nothing")
-    try:
-        with open("/proc/self/cgroup") as f:
-            rel = next(ln.split(":", 2)[2].strip() for ln in f
-                       if "cpu" in ln.split(":")[1].split(","))
-    except (OSError, StopIteration):
-        rel = None
-    d = None
-    if rel is not None:
-        d = os.path.join("/sys/fs/cgroup/cpu", rel.lstrip("/"), f"jitops-test-{os.getpid()}")
-        try:
-            os.mkdir(d)
-        except OSError:
-            d = None
-    if d is None:
-        pytest.skip("this machine lets no test make a cgroup v1 cpu group (not root, no "
-                    "cgroup v1 cpu hierarchy, or a read-only one)")
+    d = cgroup_v1_child("cpu")
     try:
         with open(os.path.join(d, "cpu.cfs_period_us"), "w") as f:
             f.write("100000")
         with open(os.path.join(d, "cpu.cfs_quota_us"), "w") as f:
             f.write("100000")
-        n, source = _count_in_child({}, f"""
-            with open({os.path.join(d, "cgroup.procs")!r}, "w") as f:
-                f.write("0")  # this process joins the group
-        """)
+        n, source = _count_in_child({}, cgroup_join_source(d))
         assert n == 1 and "CPU quota" in source, (n, source)
     finally:
         os.rmdir(d)

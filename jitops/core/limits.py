@@ -144,8 +144,8 @@ def memory_limit() -> tuple[int, str]:
     """The most memory this process may use, and where that came from: the least of its
     cgroup's limit, ``RLIMIT_AS``/``RLIMIT_DATA`` and physical memory (0, "unknown" where
     none can be read)."""
-    candidates = [(n, where) for n, where in [_cgroup_memory()] if n is not None]
-    candidates += _rlimits()
+    cgroup, where = _cgroup_memory()
+    candidates = ([(cgroup, where)] if cgroup is not None else []) + _rlimits()
     phys = physical_memory()
     if phys:
         candidates.append((phys, "physical memory"))

@@ -207,7 +207,6 @@ def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
     return a
 
 
-
 def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
     """A weak scalar as a 0-d array of ``dtype`` (an int that does not fit raises, as in NumPy)."""
     try:

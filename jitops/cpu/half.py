@@ -136,22 +136,45 @@ def _bfloat_narrow(builder, v):
     return builder.trunc(out, ir.IntType(16))
 
 
+#: Integer dtypes (bool as its byte) that widen to float32 exactly through
+#: :func:`small_int_to_float` / :func:`bool_byte_to_float`.
+SMALL_INTS = frozenset({"bool", "int8", "uint8", "int16", "uint16"})
+
+
+def _exact_float(builder, i32_value):
+    """float32 of an int32 below 2**22 in magnitude, exactly, in registers whose other lanes
+    hold zeros: its bits added to those of 1.5 * 2**23 (one unit there is 1), and 1.5 * 2**23
+    subtracted. LLVM's ``sitofp`` (``cvtsi2ss``) writes one lane of a register and keeps the
+    rest; narrowed to float16 (F16C's packed ``vcvtps2ph``), a tiny value there raised a
+    spurious *underflow*. Vectorises as an integer add and a subtraction."""
+    i32, f32 = ir.IntType(32), ir.FloatType()
+    bits = builder.add(i32_value, ir.Constant(i32, 0x4B400000))
+    return builder.fsub(builder.bitcast(bits, f32), ir.Constant(f32, 12582912.0))
+
+
 @intrinsic
 def small_int_to_float(typingctx, v):
-    """An integer of at most 16 bits -> its float32 value, exactly, in registers whose other
-    lanes hold zeros: its bits added to those of 1.5 * 2**23 (one unit there is 1), and
-    1.5 * 2**23 subtracted. LLVM's ``sitofp`` (``cvtsi2ss``) writes one lane of a register and
-    keeps the rest; narrowed to float16 (F16C's packed ``vcvtps2ph``), a tiny value there
-    raised a spurious *underflow* (``float16 + int8``, NumPy reports none). Vectorises as
-    an integer add and a subtraction."""
+    """An integer of at most 16 bits -> its float32 value (:func:`_exact_float`)."""
     if not isinstance(v, types.Integer) or v.bitwidth > 16:
         return None
 
     def codegen(context, builder, signature, args):
-        i32, f32 = ir.IntType(32), ir.FloatType()
-        wide = (builder.sext if v.signed else builder.zext)(args[0], i32)
-        bits = builder.add(wide, ir.Constant(i32, 0x4B400000))
-        return builder.fsub(builder.bitcast(bits, f32), ir.Constant(f32, 12582912.0))
+        widen = builder.sext if v.signed else builder.zext
+        return _exact_float(builder, widen(args[0], ir.IntType(32)))
+
+    return types.float32(v), codegen
+
+
+@intrinsic
+def bool_byte_to_float(typingctx, v):
+    """A bool's byte -> 0.0 or 1.0 (any nonzero byte is True, as NumPy reads it) as float32
+    (:func:`_exact_float`)."""
+    if not isinstance(v, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        nonzero = builder.icmp_unsigned("!=", args[0], ir.Constant(args[0].type, 0))
+        return _exact_float(builder, builder.zext(nonzero, ir.IntType(32)))
 
     return types.float32(v), codegen
 

@@ -72,7 +72,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core.plan import Plan
 from . import cache, pool, registries
-from .half import CONVERSIONS, small_int_to_float
+from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
 from .jit import ENTRY, driver, inner, wrapper
 from .kernels import (
     _LL32,
@@ -109,7 +109,7 @@ from .kernels import (
     staged,
     task_geometry,
 )
-from .spec import address_of, as_pointer, storage, to_bool_byte
+from .spec import address_of, as_pointer, load_word, storage, to_bool_byte
 from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head
 
 _I64 = types.int64
@@ -427,10 +427,8 @@ def _load_expr(dtype: str, word: str, out: str = "") -> str:
     them."""
     if dtype in CONVERSIONS:
         return f"T({CONVERSIONS[dtype][0].__name__}({word}))"
-    if out == "float16" and dtype in ("int8", "uint8", "int16", "uint16"):
-        return f"T(small_int_to_float({word}))"
-    if out == "float16" and dtype == "bool":
-        return f"T(small_int_to_float(to_bool_byte({word})))"
+    if out == "float16" and dtype in SMALL_INTS:
+        return f"T({load_word(dtype, out).__name__}({word}))"
     if dtype == "bool":
         return f"T({word} != 0)"
     return f"T({word})"
@@ -464,7 +462,7 @@ def _element_of(spec: UserSpecType):
         out_t = types.boolean if spec.out == "bool" else storage(spec.out)
         ns = {"FN": compiled_function(fn), "T": from_dtype(np.dtype(spec.compute)),
               "OUT": out_t, "F64": types.float64, "to_bool_byte": to_bool_byte,
-              "small_int_to_float": small_int_to_float,
+              **{f.__name__: f for f in (bool_byte_to_float, small_int_to_float)},
               **{f.__name__: f for pair in CONVERSIONS.values() for f in pair}}
         source = _element_source(n, spec.inputs, spec.out, ret)
         exec(compile(source, f"<jitops user op element, {n} inputs>", "exec"), ns)

@@ -125,7 +125,7 @@ def _cap() -> int:
 
 
 def _take(nbytes: int) -> np.ndarray:
-    buf = _locked(_take_locked, nbytes, _cap())
+    buf = _locked(_take_locked, nbytes)
     if buf is None:  # a nested call: a fresh buffer, not followed
         return np.empty(nbytes, np.uint8)
     if _reaper[0] is None:
@@ -139,9 +139,8 @@ def _forget(i: int) -> np.ndarray:
     return buf
 
 
-def _take_locked(nbytes: int, cap: int) -> np.ndarray:
-    counts = _counts(_buffers)
-    for i, c in enumerate(counts):
+def _take_locked(nbytes: int) -> np.ndarray:
+    for i, c in enumerate(_counts(_buffers)):
         if c == _IDLE and _buffers[i].nbytes == nbytes:
             _stats["reused"] += 1
             buf = _forget(i)
@@ -150,11 +149,11 @@ def _take_locked(nbytes: int, cap: int) -> np.ndarray:
     # Make room first: follow at most `cap` bytes (in use or idle) and TRACKED_MAX buffers,
     # the least recently handed out going first (freed when idle; when in use, only no
     # longer followed), so that idle memory is never held beside a new allocation past cap.
+    cap = _cap()
     followed = nbytes <= cap
     total = nbytes + sum(b.nbytes for b in _buffers)
     while _buffers and (total > cap or (followed and len(_buffers) >= TRACKED_MAX)):
         total -= _forget(0).nbytes
-    del counts
     try:
         buf = np.empty(nbytes, np.uint8)
     except MemoryError:  # what idle buffers still hold may be what it lacks

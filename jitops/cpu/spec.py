@@ -31,7 +31,7 @@ from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
 from ..core.dtypes import act_dtype
-from .half import CONVERSIONS, small_int_to_float
+from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
 from .jit import INNER, inner
 
 
@@ -196,26 +196,6 @@ def _identity(typingctx, v):
     return sig, codegen
 
 
-_SMALL_INTS = frozenset({"bool", "int8", "uint8", "int16", "uint16"})
-
-
-@intrinsic
-def _bool_as_float(typingctx, v):
-    """A bool byte -> 0.0 or 1.0 (any nonzero byte is True) as float32, as
-    :func:`jitops.cpu.half.small_int_to_float` makes it."""
-    if not isinstance(v, types.Integer):
-        return None
-
-    def codegen(context, builder, signature, args):
-        i32, f32 = ir.IntType(32), ir.FloatType()
-        nonzero = builder.icmp_unsigned("!=", args[0], ir.Constant(args[0].type, 0))
-        one = builder.zext(nonzero, i32)
-        bits = builder.add(one, ir.Constant(i32, 0x4B400000))
-        return builder.fsub(builder.bitcast(bits, f32), ir.Constant(f32, 12582912.0))
-
-    return types.float32(v), codegen
-
-
 @intrinsic
 def to_bool_byte(typingctx, v):
     """1 where ``v`` is nonzero (NaN included), else 0, as a uint8 (NumPy's bool store)."""
@@ -320,8 +300,8 @@ def load_word(dtype: str, out: str = ""):
     :func:`jitops.cpu.half.small_int_to_float` (no stray lanes for the narrowing to see)."""
     if dtype in CONVERSIONS:
         return CONVERSIONS[dtype][0]
-    if out == "float16" and dtype in _SMALL_INTS:
-        return _bool_as_float if dtype == "bool" else small_int_to_float
+    if out == "float16" and dtype in SMALL_INTS:
+        return bool_byte_to_float if dtype == "bool" else small_int_to_float
     if dtype == "bool":
         return to_bool_byte
     return _identity
