@@ -96,7 +96,7 @@ class LazyLibrary(codegen.JITCodeLibrary):
         Under Numba's compiler lock: the engine is shared by every compile and not
         thread-safe, and an address may be asked for outside a compile (a task's, with the
         disk cache off, where saving it would otherwise have made its code in the compile)."""
-        with lifecycle.compiler_lock(), lifecycle.signals_held():
+        with lifecycle.compiler_lock(), lifecycle.signals_held(), lifecycle.collector_paused():
             if not self._lazy:
                 return
             self._codegen._add_module(self._final_module)

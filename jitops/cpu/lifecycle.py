@@ -11,11 +11,12 @@ Compiles. Numba's compiler does not survive an exception raised inside it (a sig
 handler's ``KeyboardInterrupt`` between two of its bytecodes can leave its registries half
 written, or free a module twice), and its compiler lock, inherited held by a child forked
 while another thread compiles, would never open there. So jitops enters the compiler as
-``with compiler_lock(), signals_held():`` -- Numba's lock taken as a C-level ``with``
-(released whatever exception arrives; the wait for another thread's compile stays
-interruptible), then every Python-level signal handler of the main thread held back until
-the compile is over and raised again right after: a Ctrl-C is delayed by at most the one
-compile.
+``with compiler_lock(), signals_held(), collector_paused():`` -- Numba's lock taken as a
+C-level ``with`` (released whatever exception arrives; the wait for another thread's compile
+stays interruptible), then every Python-level signal handler of the main thread held back
+until the compile is over and raised again right after (a Ctrl-C is delayed by at most the
+one compile), and the cyclic garbage collector paused, so that no ``__del__`` calls jitops
+from inside the compiler.
 Around every ``os.fork`` that lock and llvmlite's (taken by any thread around each call
 into LLVM) are taken, as CPython takes its import lock, so no child starts with one held by
 a thread it does not have. A child of libc's ``fork()`` that finds llvmlite's lock held by
@@ -26,6 +27,7 @@ that says so (never a hang), and what was compiled before the fork runs.
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -232,6 +234,30 @@ class signals_held:
         _shield.depth -= 1
         d, self._deferred = self._deferred, None
         _release_signals(d)
+
+
+class collector_paused:
+    """``with collector_paused():`` -- Python's cyclic garbage collector off until the
+    outermost block of this thread ends, then on again if it was on.
+
+    A compile is Python code (Numba's pipeline, its first imports) in which a collection
+    may run any ``__del__``; one that calls jitops would compile inside the compile, where
+    Numba finds its own modules half imported or a kernel it is typing "recursive". Cycles
+    made meanwhile wait for the first collection after the compile."""
+
+    __slots__ = ("_was_on",)
+
+    def __enter__(self) -> None:
+        depth = getattr(_shield, "gc_depth", 0)
+        self._was_on = depth == 0 and gc.isenabled()
+        if self._was_on:
+            gc.disable()
+        _shield.gc_depth = depth + 1
+
+    def __exit__(self, *exc) -> None:
+        _shield.gc_depth -= 1
+        if self._was_on:
+            gc.enable()
 
 
 def compile_in_progress() -> bool:

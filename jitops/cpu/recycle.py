@@ -49,10 +49,10 @@ TRACKED_MAX = 16
 
 _buffers: list[np.ndarray] = []  # least recently handed out first
 _lock = threading.Lock()
-_reaper_guard = threading.Lock()
 #: The thread inside ``_lock``'s block, if any: that block runs Python code (reference
-#: counts, a new array), where a signal handler or a ``__del__`` may run and call jitops on
-#: the same thread; such a nested call gets a fresh buffer instead of waiting for the lock.
+#: counts, a new array, starting the reaper), where a signal handler or a ``__del__`` may run
+#: and call jitops on the same thread; such a nested call gets a fresh buffer instead of
+#: waiting for the lock, and never starts a reaper itself.
 _owner = [None]
 _stats = {"new": 0, "reused": 0, "retried": 0, "reaped": 0}
 #: When each followed buffer was first seen idle by the reaper (by ``id``; none: in use).
@@ -128,8 +128,6 @@ def _take(nbytes: int) -> np.ndarray:
     buf = _locked(_take_locked, nbytes)
     if buf is None:  # a nested call: a fresh buffer, not followed
         return np.empty(nbytes, np.uint8)
-    if _reaper[0] is None:
-        _start_reaper()
     return buf
 
 
@@ -140,6 +138,13 @@ def _forget(i: int) -> np.ndarray:
 
 
 def _take_locked(nbytes: int) -> np.ndarray:
+    buf = _reuse_or_new(nbytes)
+    if _reaper[0] is None and _buffers:  # (none yet, or none since a fork or a failed start)
+        _start_reaper_locked()
+    return buf
+
+
+def _reuse_or_new(nbytes: int) -> np.ndarray:
     for i, c in enumerate(_counts(_buffers)):
         if c == _IDLE and _buffers[i].nbytes == nbytes:
             _stats["reused"] += 1
@@ -166,18 +171,17 @@ def _take_locked(nbytes: int) -> np.ndarray:
     return buf
 
 
-def _start_reaper() -> None:
+def _start_reaper_locked() -> None:
     """Start the thread that frees buffers idle for ``config.RECYCLE_IDLE_MS`` (it ends by
-    itself once nothing is followed; a daemon, so it never holds up the interpreter's exit)."""
-    with _reaper_guard:
-        if _reaper[0] is not None:
-            return
-        t = threading.Thread(target=_reap, name="jitops-recycle-reaper", daemon=True)
-        _reaper[0] = t
+    itself once nothing is followed; a daemon, so it never holds up the interpreter's exit).
+    Called inside ``_lock``'s block: a ``__del__`` run by ``Thread()`` that calls jitops takes
+    the nested path, where a second lock here would have waited for itself for ever."""
+    t = threading.Thread(target=_reap, name="jitops-recycle-reaper", daemon=True)
     try:
         t.start()
     except RuntimeError:  # no thread can be started (a limit, or the interpreter exiting)
-        _reaper[0] = None
+        return
+    _reaper[0] = t
 
 
 def _reap() -> None:
@@ -240,9 +244,8 @@ def _status_locked() -> dict:
 
 def _after_fork_in_child() -> None:
     # A fork while another thread held the lock leaves it held in the child for ever.
-    global _lock, _reaper_guard
+    global _lock
     _lock = threading.Lock()
-    _reaper_guard = threading.Lock()
     _owner[0] = None
     _reaper[0] = None  # the parent's reaper did not cross the fork
 

@@ -79,9 +79,9 @@ def _light_typing(self) -> None:
 @contextmanager
 def light():
     """Compile under the light registries (re-entrant; holds Numba's compiler lock, with
-    signals held back: :mod:`jitops.cpu.lifecycle`)."""
+    signals held back and the cyclic collector paused: :mod:`jitops.cpu.lifecycle`)."""
     global _active
-    with lifecycle.compiler_lock(), lifecycle.signals_held():
+    with lifecycle.compiler_lock(), lifecycle.signals_held(), lifecycle.collector_paused():
         if _active:
             yield
             return
