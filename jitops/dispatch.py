@@ -38,7 +38,7 @@ from .core.config import ASLEEP_SERIAL_MAX, ASLEEP_WAKE_WINDOW_S
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
-from .cpu import fastcall, lifecycle, parallel
+from .cpu import fastcall, lifecycle, parallel, shapeclass
 from .cpu import pool as _pools
 from .dask import backend as dask
 
@@ -193,7 +193,7 @@ def public_op(op: str, fname: str):
                         # misaligned, overlapping, out read-only or a zero divisor this time:
                         # the careful path (which raises where it must)
                         key = None
-                return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
+                return _call(op, fname, (x, y), broadcast, axis, act, out, device, key, memo)
             if (tx is _ND and ty in WEAK) or (ty is _ND and tx in WEAK):
                 return _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device)
             if (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) and _plain(x) and _plain(y):
@@ -395,6 +395,10 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     was (jitops.cpu.parallel.STAMP). Measured at 1e6 elements, each of these asked for again
     costs 0.5-1.5% of the call: after the job, every object touched is a cache miss.
     """
+    if threads == 1 and launch.direct is not None:  # serial: any shape of its class?
+        r = _class_repeat(key[0], launch, target, x, y, out, broadcast, axis, act, weak)
+        if r is not None:
+            return r
     hkey = key if threads == 1 else (key, threads)
     shared = threads == 1 and weak is None  # a serial repeat that names no object
     if shared:
@@ -423,6 +427,44 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     r = _Repeat(broadcast, axis, act, out, launch, h, threads, ids, stamp, weak)
     if shared and (r.native or r.counted) is not None:  # any such objects: one per key
         _REPEATS[hkey, out is None] = r
+    return r
+
+
+def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
+    """Push the class repeat of a serial call just planned and run (if it has a class)."""
+    x, y = call.inputs
+    weak = None
+    for i, v in enumerate(operands):
+        if type(v) in WEAK:  # that scalar object is handed over as the 0-d array it became
+            a = call.inputs[i]
+            if type(a) is not _ND or _cast_overflowed(v, a):
+                return
+            a.flags.writeable = False  # the pipeline's own array: nobody writes it
+            weak = (v, a, i == 0)
+    r = _class_repeat(op, launch, call.target, x, y, out, *given, weak)
+    if r is not None:
+        _push(memo, r)
+
+
+def _class_repeat(op, launch, target, x, y, out, broadcast, axis, act, weak):
+    """The :class:`_Repeat` of a serial call whose compiled entry takes every shape of its
+    class (jitops.cpu.shapeclass), or None."""
+    ckey = (op, broadcast, axis, act, target.dtype, x.dtype, y.dtype, x.ndim, y.ndim,
+            out is None)
+    if weak is None:
+        r = _REPEATS.get(ckey)
+        if r is not None and r.broadcast is broadcast and r.axis is axis and r.act is act:
+            return r
+    found = shapeclass.entries(ckey, launch, target, x, y, out, fastcall.bind)
+    if found is None:
+        return None
+    template, cls, f_out, f_new = found
+    headers = (template, template.__array_interface__["data"][0],
+               (target.dtype, x.dtype, y.dtype), f_out, f_new, cls)
+    r = _Repeat(broadcast, axis, act, out, launch, headers, 1, (id(x), id(y), id(out)), None,
+                weak)
+    if weak is None:
+        _REPEATS[ckey] = r
     return r
 
 
@@ -493,7 +535,7 @@ def _with_scalar(memo, op, fname, x, y, broadcast, axis, act, out, device):
                                       act, threads, stamp, weak=weak))
             return target[()] if out is None and not launch.shape else target
         key = None
-    return _call(op, fname, (x, y), broadcast, axis, act, out, device, key)
+    return _call(op, fname, (x, y), broadcast, axis, act, out, device, key, memo)
 
 
 def call_user(op, operands: tuple, broadcast, axis, out, device):
@@ -542,8 +584,9 @@ def call_user(op, operands: tuple, broadcast, axis, out, device):
     return _call(op, op.__name__, operands, broadcast, axis, None, out, device, key)
 
 
-def _call(op, fname, operands, broadcast, axis, act, out, device, key):
-    """The pipeline, then the backend; ``key`` is where to remember a CPU launch (or None).
+def _call(op, fname, operands, broadcast, axis, act, out, device, key, memo=None):
+    """The pipeline, then the backend; ``key`` is where to remember a CPU launch (or None),
+    and ``memo`` the public function's, where a serial launch's shape class goes at once.
 
     Operands that decide ufuncs themselves are handed the op first (NEP 13,
     :mod:`jitops.core.protocols`); framework tensors are read in place and answered in kind
@@ -556,6 +599,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
             result = _CUDA_REPEAT[0].launch_again(found, operands, out)
             if result is not None:
                 return result
+    given = (broadcast, axis, act)  # as the caller wrote them: what a repeat compares
     mode, axis, act = normalize(broadcast, axis, act, fname)
     parse(device)  # a malformed device= is refused whatever the operands
     always_array = out is Ellipsis  # NumPy 2's out=...: an array even from 0-d operands
@@ -583,9 +627,12 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key):
                 _FAST.clear()
                 _HEADERS.clear()
                 _REPEATS.clear()
+                shapeclass.clear()
             _FAST[key] = launch
             if isinstance(launch, cpu.Launch) and launch.direct is not None:  # once: verified
                 fastcall.verify(launch, call.target, *call.inputs, call.out is None)
+                if memo is not None:  # a new shape of its class takes the entry at once
+                    _first_of_class(memo, op, launch, call, operands, out, given)
         result = call.finish(cpu.MEMORY)
         if host is not None and host.wrap is not None:
             return host.wrap(result)
@@ -681,6 +728,7 @@ def clear() -> None:
     _FAST.clear()
     _HEADERS.clear()
     _REPEATS.clear()
+    shapeclass.clear()
     for memo in _MEMOS:
         memo[0] = memo[1] = None
     cpu.clear_launches()

@@ -47,6 +47,11 @@ _CHECK = """
         assert np.array_equal(jitops.maximum(i, np.int16(7)), np.maximum(i, np.int16(7)))
         h = X[:10].astype(np.float16)
         assert np.array_equal(jitops.divide(h, h + 1), h / (h + 1))
+        for n in (5, 100, 3001):  # new shapes: a shape class's entry where the hooks allow
+            a = rng.standard_normal(n)
+            assert np.array_equal(jitops.subtract(a, a[::-1].copy()), a - a[::-1])
+            assert np.array_equal(jitops.multiply(a, 2.5), a * 2.5)
+            assert np.array_equal(jitops.add(X[:n % 47 + 1], Y), X[:n % 47 + 1] + Y)
     print(hooks.status()[NAME])
 """
 

@@ -295,6 +295,71 @@ def _paddle_sub():
             "paddle": lambda: paddle.subtract(px, py)}, 3 * x.nbytes
 
 
+#: Operands per call of a varying-shape row, and distinct operand sets it cycles through:
+#: almost every call of a run meets a shape it has not met (or not lately).
+_BATCH, _POOL = 100, 4000
+
+
+def _cycling(pool: list, f) -> Callable[[], None]:
+    """A contender of a varying-shape row: ``f`` on the next ``_BATCH`` operand sets of
+    ``pool`` each call (each contender walks the pool from its own start, in its own order)."""
+    at = [0]
+
+    def run():
+        i = at[0]
+        for args in pool[i:i + _BATCH]:
+            f(*args)
+        at[0] = (i + _BATCH) % len(pool)
+    return run
+
+
+def _varying(dtype, out: bool):
+    """``x - y`` on pairs of random lengths 100-5,000: a new shape nearly every call (a
+    batch of ragged data, the last short batch of every epoch)."""
+    def build():
+        rng = np.random.default_rng(7)
+        pool = []
+        for n in rng.integers(100, 5001, _POOL):
+            x, y = rng.random(n).astype(dtype), rng.random(n).astype(dtype)
+            pool.append((x, y, np.empty_like(x)))
+        if out:
+            c = {"jitops": _cycling(pool, lambda x, y, o: jitops.subtract(x, y, out=o)),
+                 "numpy": _cycling(pool, lambda x, y, o: np.subtract(x, y, out=o))}
+        else:
+            c = {"jitops": _cycling(pool, lambda x, y, o: jitops.subtract(x, y)),
+                 "numpy": _cycling(pool, lambda x, y, o: np.subtract(x, y))}
+        if torch is not None:
+            tpool = [tuple(_t(*a)) for a in pool]
+            c["torch"] = _cycling(tpool, (lambda x, y, o: torch.sub(x, y, out=o)) if out
+                                  else (lambda x, y, o: torch.sub(x, y)))
+        nbytes = sum(3 * a[0].nbytes for a in pool) * _BATCH // len(pool)
+        return c, nbytes
+    return build
+
+
+def _varying_rows(broadcast: str, vary_cols: bool = False):
+    """``X + b`` with X (n, 64) and b (64,), n random in 1-200 (a batch of any size), NumPy's
+    or Paddle's trailing rule (``pdpd``, axis -1): or both n and the row length random
+    (``vary_cols``: 2-D broadcast shapes never seen before)."""
+    def build():
+        rng = np.random.default_rng(8)
+        pool = []
+        for n in rng.integers(1, 201, _POOL):
+            k = int(rng.integers(16, 257)) if vary_cols else 64
+            pool.append((rng.random((n, k)).astype(np.float32),
+                         rng.random(k).astype(np.float32)))
+        kw = {} if broadcast == "numpy" else {"broadcast": broadcast}
+        c = {"jitops": _cycling(pool, (lambda x, b: jitops.add(x, b, **kw)) if kw
+                                else (lambda x, b: jitops.add(x, b))),
+             "numpy": _cycling(pool, lambda x, b: np.add(x, b))}
+        if torch is not None:
+            tpool = [tuple(_t(*a)) for a in pool]
+            c["torch"] = _cycling(tpool, lambda x, b: torch.add(x, b))
+        nbytes = sum(2 * a[0].nbytes for a in pool) * _BATCH // len(pool)
+        return c, nbytes
+    return build
+
+
 CASES = [
     Case("sub_1e6_out", "subtract, 1e6 elements, out= (cache-resident)", _sub_out(10**6),
          {"numpy": 1.5, "torch": 1.0}),
@@ -329,6 +394,18 @@ CASES = [
            (_sub_out(n, dtype=dt) if kind == "out" else _sub_new(n, dt)), {"numpy": 1.0},
            rounds=41)
       for n in (10**3, 10**4) for dt in (np.float32, np.float64) for kind in ("out", "new")],
+    *[Case(f"vary_{dt.__name__}_{kind}",
+           f"subtract, {_BATCH} pairs of random lengths 100-5,000, {dt.__name__}, "
+           f"{'out=' if kind == 'out' else 'new result'} (per {_BATCH} calls)",
+           _varying(dt, kind == "out"), {"numpy": 1.0}, rounds=41)
+      for dt in (np.float32, np.float64) for kind in ("new", "out")],
+    Case("vary_rows_numpy", f"X(n,64) + b(64,), n random 1-200, new result (per {_BATCH} "
+         f"calls)", _varying_rows("numpy"), {"numpy": 1.0}, rounds=41),
+    Case("vary_rows_pdpd", f"pdpd X(n,64) + b(64,) axis -1, n random 1-200, new result (per "
+         f"{_BATCH} calls)", _varying_rows("pdpd"), {"numpy": 1.0}, rounds=41),
+    Case("vary_rows_cols", f"X(n,k) + b(k,), n 1-200 and k 16-256 random, new result (per "
+         f"{_BATCH} calls)", _varying_rows("numpy", vary_cols=True), {"numpy": 0.5},
+         rounds=41, note="target: within 2x NumPy's call on 2-D broadcast shapes never seen"),
     Case("pandas_sub", "pandas Series s1 - s2, 1e7 float64, aligned (new result)", _pandas_sub,
          {"pandas": 1.0}, rounds=21, requires="pandas"),
     Case("paddle_sub", "Paddle tensors x - y, 2e7 float32, new result", _paddle_sub,

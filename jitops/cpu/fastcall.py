@@ -34,7 +34,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..core.pipeline import byte_extent
-from . import cache, hooks, kernels, pool, registries
+from . import cache, hooks, kernels, pool, registries, shapeclass
 from .jit import c_entry
 from .spec import address_of, as_pointer
 
@@ -50,10 +50,12 @@ SELF_DATA_OFFSET = 16
 #: ``PyArray_NewFromDescr``, or 0 where a new result is not made here); the new result's
 #: type, dtype and rank; the thread pool's control block whose sleeping workers the entry
 #: wakes before it computes, or 0 (jitops.dispatch: a parallel repeat run serially while
-#: they sleep); the Python int objects :func:`_repeat` returns, one per status
-#: 0 .. N_STATUS - 1; the new result's shape.
+#: they sleep); the address of a shape class's words (jitops.cpu.shapeclass: the entry plans
+#: each call itself, and ``B_META`` is the planner's meta it starts from), or 0; the Python
+#: int objects :func:`_repeat` returns, one per status 0 .. N_STATUS - 1; the new result's
+#: shape (none for a class: the input of the result's shape gives it).
 (B_TASK, B_META, B_INCREF, B_DECREF, B_PACK, B_CLEAR, B_SAVE, B_RESTORE, B_NEW, B_TYPE,
- B_DESCR, B_ND, B_WAKE, B_STATUS) = range(14)
+ B_DESCR, B_ND, B_WAKE, B_CLASS, B_STATUS) = range(15)
 N_STATUS = 64
 B_DIMS = B_STATUS + N_STATUS
 #: The statuses as objects: ``int`` 0 .. 63 (CPython's small ints, kept alive here anyway).
@@ -107,24 +109,33 @@ def _repeat(self, args, nargs):
     made = 0
     if nargs == 3 or (nargs == 2 and block[B_NEW] != 0):
         a = as_pointer(args, _I64)
-        if nargs == 3:
-            target, x, y = a[0], a[1], a[2]
-        else:
-            x, y = a[0], a[1]
-            # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
-            # reference to descr
-            _call1v(block[B_INCREF], block[B_DESCR])
-            made = target = _call8(block[B_NEW], block[B_TYPE], block[B_DESCR], block[B_ND],
-                                   address_of(block) + 8 * B_DIMS, 0, 0, 0, 0)
-        if target != 0:
-            if block[B_WAKE] != 0:
-                pool.futex_wake(block[B_WAKE])
-            saved = _call0(block[B_SAVE]) if block[B_SAVE] != 0 else 0
-            status = _serial(block[B_TASK], target, x, y, block[B_META])
-            if saved != 0:
-                _call1v(block[B_RESTORE], saved)
-        else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
-            _call0v(block[B_CLEAR])  # decides again (and raises a MemoryError naming it)
+        target = a[0] if nargs == 3 else 0
+        x, y = a[nargs - 2], a[nargs - 1]
+        meta, nd, dims, n = block[B_META], block[B_ND], address_of(block) + 8 * B_DIMS, 0
+        if block[B_CLASS] != 0:  # this call's meta, planned here on the stack
+            words = kernels.stack_words()
+            full, n = shapeclass.plan_call(block[B_CLASS], target, x, y, address_of(words))
+            meta = address_of(words) if full != 0 else 0
+            if full != 0:
+                nd = shapeclass.rank(block[B_CLASS], full)
+                dims = shapeclass.dims(block[B_CLASS], full)
+        if meta != 0:
+            if nargs == 2:
+                # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
+                # reference to descr
+                _call1v(block[B_INCREF], block[B_DESCR])
+                made = target = _call8(block[B_NEW], block[B_TYPE], block[B_DESCR], nd, dims,
+                                       0, 0, 0, 0)
+            if target != 0:
+                if block[B_WAKE] != 0:
+                    pool.futex_wake(block[B_WAKE])
+                saved = _call0(block[B_SAVE]) if block[B_SAVE] != 0 and (
+                    block[B_CLASS] == 0 or n >= RELEASE_GIL_FROM) else 0
+                status = _serial(block[B_TASK], target, x, y, meta)
+                if saved != 0:
+                    _call1v(block[B_RESTORE], saved)
+            else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
+                _call0v(block[B_CLEAR])  # decides again (and raises a MemoryError naming it)
     if status < 0 or status >= N_STATUS:
         status = kernels.TASK_FAILED
     code = block[B_STATUS + status]
@@ -218,31 +229,39 @@ def _functions() -> tuple[int, ...]:
     return tuple(_FUNCTIONS)
 
 
-def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0) -> np.ndarray:
+def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
+           cls: np.ndarray | None = None) -> np.ndarray:
     """The words :func:`_repeat` reads (B_*). ``result``: (dtype, shape) of the C-ordered new
-    result the entry makes, or None; ``wake``: B_WAKE."""
+    result the entry makes, or None; ``wake``: B_WAKE; ``cls``: a shape class's words
+    (``size`` then is the class's limit, and ``shape`` is not used)."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
     dtype, shape = result if result is not None else (None, ())
     if result is None:
         new = 0
+    if cls is not None:
+        shape = ()
     return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, clear,
                      save, restore, new, id(np.ndarray), id(dtype), len(shape), wake,
+                     0 if cls is None else cls.__array_interface__["data"][0],
                      *map(id, STATUSES), *shape], np.int64)
 
 
-def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0):
+def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
+         cls: np.ndarray | None = None):
     """The compiled entry for the serial task ``task`` and ``meta`` (which must carry header
     checks and outlive it; ``size`` elements): ``f(out, x, y) -> status``, and with ``result``
     = (dtype, shape) also ``f(x, y)`` making a C-ordered result of them (see :func:`_repeat`;
     ``dtype`` must outlive ``f``); with ``wake`` (a pool's control block, which outlives
-    every entry) the entry wakes that pool's sleeping workers first. None where the hook is
-    off or not yet verified (:func:`verify`)."""
+    every entry) the entry wakes that pool's sleeping workers first; with ``cls`` (a shape
+    class's words, outliving ``f``) it takes every call of that class, ``meta`` being the
+    planner's for one of them. None where the hook is off or not yet verified
+    (:func:`verify`)."""
     if not _VERIFIED or (result is not None and "new" not in _VERIFIED) \
             or not hooks.ok("fastcall"):
         return None
-    return _new(_block(task, meta, size, result, wake))
+    return _new(_block(task, meta, size, result, wake, cls))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls")

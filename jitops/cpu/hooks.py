@@ -56,7 +56,11 @@ hook                  relies on, and what it buys (measured)      without it
                       repeat's compiled entry takes the objects
                       and makes new results (jitops.cpu.fastcall).
                       8 float64: ``out=`` 0.24 against 0.73 us a
-                      call, a new result 0.31 against 0.95 us
+                      call, a new result 0.31 against 0.95 us;
+                      a shape class's entry (rank, dims, the
+                      C-contiguous flag read; jitops.cpu.
+                      shapeclass): a new shape ~0.5 against
+                      30-60 us (the benchmark's ``vary_*`` rows)
 ====================  ==========================================  =================================
 
 The CUDA backend's two hooks live beside their code, with the same switch and one warning

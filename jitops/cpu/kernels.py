@@ -1070,7 +1070,19 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
         nti, ntj = -(-shape[-2] // ti) + (shift & 1), -(-inner // tj) + (shift >> 1)
         nblk, rows_per_task = 1, 1
         ntasks = (rows // shape[-2]) * nti * ntj
-    elif inner >= 2 * block:
+    else:
+        block, ntasks, rows_per_task, nblk = split_rows(inner, rows, block, given, nthreads,
+                                                        config.BLOCK_MIN)
+    return block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj, shift
+
+
+@register_jitable
+def split_rows(inner: int, rows: int, block: int, given: bool, nthreads: int,
+               block_min: int) -> tuple[int, int, int, int]:
+    """``rows`` rows of ``inner`` elements cut into tasks: ``(block, ntasks, rows_per_task,
+    nblk)``. Python (:func:`task_geometry`) and the compiled shape-class entry
+    (:mod:`jitops.cpu.shapeclass`) both call this one definition."""
+    if inner >= 2 * block:
         nblk = -(-inner // block)
         if not given:
             # blocks of (nearly) equal size, a whole number of them per thread where there are
@@ -1079,20 +1091,16 @@ def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | 
             if rows == 1 and nblk < 16 * nthreads and nblk % nthreads:
                 up = nblk + nthreads - nblk % nthreads
                 down = nblk - nblk % nthreads
-                if inner // up >= config.BLOCK_MIN:
+                if inner // up >= block_min:
                     nblk = up
                 elif down >= nthreads:
                     nblk = down
             block = -(-inner // nblk)
             block = -(-block // BLOCK_ALIGN) * BLOCK_ALIGN
             nblk = -(-inner // block)
-        rows_per_task = 1
-        ntasks = rows * nblk
-    else:
-        nblk = 1
-        rows_per_task = max(1, block // max(inner, 1))
-        ntasks = -(-rows // rows_per_task) if inner else 0
-    return block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj, shift
+        return block, rows * nblk, 1, nblk
+    rows_per_task = max(1, block // max(inner, 1))
+    return block, (-(-rows // rows_per_task) if inner else 0), rows_per_task, 1
 
 
 def read_in_full(plan: Plan) -> list[bool]:
