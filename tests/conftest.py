@@ -86,14 +86,14 @@ def tile_every_width(monkeypatch):
     """Every transpose of these tests tiles, 8- and 16-byte elements too: the planner walks
     most of their shapes strided for wide elements (plan.ALIAS_BYTES), and the tiled kernels
     must be right for every width. Plans and repeats made before are dropped, and after."""
-    from jitops import dispatch
     from jitops.core import plan
     from jitops.core.plan import make_plan
+    from jitops.cpu import repeat
 
     monkeypatch.setattr(plan, "ALIAS_BYTES", 1)
     monkeypatch.setattr(plan, "WIDE_SPAN", 1 << 62)
     make_plan.cache_clear()
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     yield
     make_plan.cache_clear()
-    dispatch._FAST.clear()
+    repeat.FAST.clear()

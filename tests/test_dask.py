@@ -124,8 +124,8 @@ def test_dask_is_never_imported_by_jitops():
 
 def _kernels_used() -> bool:
     """On a worker: jitops was imported there and launched kernels (its fast-path cache)."""
-    api = sys.modules.get("jitops.dispatch")
-    return api is not None and len(api._FAST) > 0
+    api = sys.modules.get("jitops.cpu.repeat")
+    return api is not None and len(api.FAST) > 0
 
 
 def _thread_count():

@@ -17,7 +17,7 @@ from jitops import dispatch
 from jitops.core import config as _config
 from jitops.core.pipeline import byte_extent, prepare
 from jitops.core.plan import TILED, make_plan
-from jitops.cpu import backend, pool
+from jitops.cpu import backend, pool, repeat
 from jitops.cpu import kernels as _cpu
 
 
@@ -28,15 +28,15 @@ def _addr(a):
 def test_a_repeat_is_served_from_the_fast_path(rng):
     x, y = rng.random((5, 7)), rng.random(7)
     out = np.empty((5, 7))
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     jitops.subtract(x, y, out=out)
-    assert len(dispatch._FAST) == 1
-    launch = next(iter(dispatch._FAST.values()))
+    assert len(repeat.FAST) == 1
+    launch = next(iter(repeat.FAST.values()))
     x2, y2 = rng.random((5, 7)), rng.random(7)
     r = jitops.subtract(x2, y2, out=out)
-    assert r is out and len(dispatch._FAST) == 1
+    assert r is out and len(repeat.FAST) == 1
     np.testing.assert_array_equal(out, x2 - y2)
-    assert next(iter(dispatch._FAST.values())) is launch
+    assert next(iter(repeat.FAST.values())) is launch
     # new outputs too, with the layout a new output gets (order="K")
     f = np.asfortranarray(rng.random((6, 9)))
     for _ in range(2):
@@ -186,7 +186,7 @@ def test_tiled_any_tile_shape(tile, rng, monkeypatch):
     """Any tile shape (one larger than a task's stack holds is cut down to fit), with one
     input staged from across the rows, both staged, a reversed one, and a transposed out."""
     monkeypatch.setattr(_config, "TILE", tile)
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     backend.clear_launches()
     x = rng.random((90, 77)).astype(np.float32)
     y = rng.random((77, 90)).astype(np.float32)
@@ -197,7 +197,7 @@ def test_tiled_any_tile_shape(tile, rng, monkeypatch):
     np.testing.assert_array_equal(jitops.subtract(x.T, x2.T, out=out), x.T - x2.T)
     out_t = np.full((90, 77), np.nan, np.float32).T
     np.testing.assert_array_equal(jitops.subtract(y, x.T, out=out_t), y - x.T)
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     backend.clear_launches()
 
 
@@ -230,11 +230,11 @@ def test_one_driver_signature_for_every_op_and_dtype(rng):
 def test_weak_scalars_repeat_through_the_fast_path(rng):
     x = (rng.standard_normal(20) * 50).astype(np.int16)
     out = np.empty(20, np.int16)
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     for v in (3, -7, 0, 32767):  # one cache entry serves every value of the same type
         np.testing.assert_array_equal(jitops.add(x, v, out=out), np.add(x, v, out=np.empty_like(x)))
         np.testing.assert_array_equal(jitops.subtract(v, x), np.subtract(v, x))
-    assert len(dispatch._FAST) == 2
+    assert len(repeat.FAST) == 2
     with pytest.raises(OverflowError, match="out of bounds for int16"):  # still refused
         jitops.add(x, 40000, out=out)
     f = rng.random(5).astype(np.float32)
@@ -270,7 +270,7 @@ def test_numpy_scalars_repeat_through_the_fast_path(scalar, dtype, rng, monkeypa
     # fast path, keyed by its dtype, each call's value read afresh.
     x = (rng.standard_normal(33) * 20).astype(dtype)
     calls = _counting_prepare(monkeypatch)
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     for k, v in enumerate((3, 0, 1, 7)):
         s = scalar(v)
         for got, exp in ((jitops.subtract(x, s), np.subtract(x, s)),
@@ -281,7 +281,7 @@ def test_numpy_scalars_repeat_through_the_fast_path(scalar, dtype, rng, monkeypa
         assert jitops.multiply(s, x, out=out) is out
         np.testing.assert_array_equal(out, exp)
         assert len(calls) == 3  # the first value's three calls, then none
-    assert len(dispatch._FAST) == 3  # x - s, s * x, s * x with out=
+    assert len(repeat.FAST) == 3  # x - s, s * x, s * x with out=
 
 
 def test_numpy_scalar_errors_are_the_careful_paths():
@@ -303,7 +303,7 @@ def test_integer_elementwise_div_repeats_with_its_zero_check(dtype, rng, monkeyp
     y = rng.integers(1, 9, 50).astype(dtype)
     out = np.full(50, 77, dtype)
     calls = _counting_prepare(monkeypatch)
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.elementwise_div(x, y, out=out), x // y)
         np.testing.assert_array_equal(jitops.elementwise_div(x, 3), x // 3)
@@ -338,7 +338,7 @@ def test_a_repeat_with_the_same_objects_checks_they_are_still_those_arrays(rng):
     x, y, out = rng.random(8), rng.random(8), np.empty(8)
     for _ in range(3):
         np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
-    assert any(m[0] is not None for m in dispatch._MEMOS)
+    assert any(m.latest is not None for m in repeat.MEMOS)
     _in_place(x, shape=(2, 4))  # in place: (2, 4) and (8,) do not broadcast
     with pytest.raises(ValueError, match="broadcast"):
         jitops.subtract(x, y, out=out)
@@ -368,7 +368,7 @@ def test_a_repeat_with_the_same_objects_checks_they_are_still_those_arrays(rng):
 
 def _parallel_memo():
     """The memo entries of parallel repeats (threads > 1) now held."""
-    return [m[0] for m in dispatch._MEMOS if m[0] is not None and m[0].threads > 1]
+    return [m.latest for m in repeat.MEMOS if m.latest is not None and m.latest.threads > 1]
 
 
 def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, monkeypatch):
@@ -379,7 +379,7 @@ def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, mo
     n = 2 * _config.PARALLEL_THRESHOLD
     x, y, out = rng.random(n), rng.random(n), np.empty(n)
     # launches are counted below: never the serial run while the workers sleep (test_pool)
-    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
+    monkeypatch.setattr(repeat, "ASLEEP_SERIAL_MAX", 0)
     dispatch.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
@@ -397,7 +397,7 @@ def test_a_parallel_repeat_with_the_same_objects_is_checked_the_same_way(rng, mo
     real = backend.parallel.launch
     spy = lambda *a: seen.append(a) or real(*a)  # noqa: E731
     monkeypatch.setattr(backend.parallel, "launch", spy)  # the keyed path's
-    monkeypatch.setattr(dispatch, "_launch", spy)  # the memo's
+    monkeypatch.setattr(repeat, "_launch", spy)  # the memo's
     np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
     assert len(seen) == 1
     with jitops.threads(1):  # another count: not the remembered launch's
@@ -434,8 +434,8 @@ def test_small_elements_need_more_of_them_to_run_parallel(rng, monkeypatch):
     real = backend.parallel.launch
     spy = lambda *a: seen.append(a) or real(*a)  # noqa: E731
     monkeypatch.setattr(backend.parallel, "launch", spy)  # the keyed path's
-    monkeypatch.setattr(dispatch, "_launch", spy)  # the memo's
-    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)  # no serial run while asleep
+    monkeypatch.setattr(repeat, "_launch", spy)  # the memo's
+    monkeypatch.setattr(repeat, "ASLEEP_SERIAL_MAX", 0)  # no serial run while asleep
     monkeypatch.setattr(_config, "PARALLEL_BYTES", 8)
     dispatch.clear()
     backend.clear_launches()
@@ -485,33 +485,33 @@ def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
     x, y, out = rng.random(n), rng.random(n), np.empty(n)
     count = jitops.get_num_threads()
     # launches are counted below: never the serial run while the workers sleep (test_pool)
-    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
+    monkeypatch.setattr(repeat, "ASLEEP_SERIAL_MAX", 0)
     dispatch.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.subtract(x, y, out=out), x - y)
     assert _parallel_memo(), "the parallel repeat was not remembered"
     asked, launched = [], []
-    real_count, real_launch = dispatch._num_threads, dispatch._launch
-    monkeypatch.setattr(dispatch, "_num_threads", lambda: asked.append(1) or real_count())
-    monkeypatch.setattr(dispatch, "_launch", lambda *a: launched.append(
+    real_count, real_launch = repeat._num_threads, repeat._launch
+    monkeypatch.setattr(repeat, "_num_threads", lambda: asked.append(1) or real_count())
+    monkeypatch.setattr(repeat, "_launch", lambda *a: launched.append(
         threading.get_ident()) or real_launch(*a))
 
-    def repeat():
+    def again():
         out[:] = np.nan
         assert jitops.subtract(x, y, out=out) is out
         np.testing.assert_array_equal(out, x - y)
 
-    repeat()
+    again()
     assert (len(asked), len(launched)) == (0, 1)  # the stamp: not asked
     try:
         jitops.set_num_threads(1)
-        repeat()  # asked, and serial: the keyed path's serial launch, not the memo's
+        again()  # asked, and serial: the keyed path's serial launch, not the memo's
         assert asked and len(launched) == 1
     finally:
         jitops.set_num_threads(count)
     del asked[:], launched[:]
-    repeat()
-    repeat()
+    again()
+    again()
     assert len(launched) == 2
     # another thread inside threads(1): this thread's repeats ask (and stay parallel) while
     # the block is open, and the other thread's own repeat of the same call runs serially
@@ -521,7 +521,7 @@ def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
         with jitops.threads(1):
             opened.set()
             close.wait(30)
-            repeat()
+            again()
             done.append(len(launched))
 
     t = threading.Thread(target=other)
@@ -529,8 +529,8 @@ def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
     try:
         assert opened.wait(30)
         del asked[:], launched[:]
-        repeat()
-        repeat()
+        again()
+        again()
         assert len(asked) == 2 and len(launched) == 2
     finally:
         close.set()
@@ -540,9 +540,9 @@ def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
     # the block closed: the other thread's serial repeat (remembered last, and checking its
     # count of one) asks and is passed over, the parallel one before it asks and takes the
     # new stamp; then neither asks
-    repeat()
+    again()
     assert len(asked) == 2 and len(launched) == 1
-    repeat()
+    again()
     assert len(asked) == 2 and len(launched) == 2
     assert parallel.STAMP[0] is not None
 

@@ -14,7 +14,7 @@ import pytest
 
 import jitops
 from jitops import dispatch
-from jitops.cpu import fastcall, hooks, pool
+from jitops.cpu import fastcall, hooks, pool, repeat
 
 #: Where jitops.cpu.hooks says the hooks are verified: the entry must be on there.
 VERIFIED_HERE = (platform.python_implementation() == "CPython" and sys.platform == "linux"
@@ -29,11 +29,11 @@ def _entry_on():
         pytest.skip("the fastcall hook is off here (tests/test_hooks.py covers the public path)")
 
 
-def _repeat_of(fn_name: str) -> dispatch._Repeat | None:
+def _repeat_of(fn_name: str) -> repeat.Repeat | None:
     """The memo entry the public function ``fn_name`` holds now."""
     cells = [c.cell_contents for c in getattr(jitops, fn_name).__closure__]
-    memo = next(m for m in cells if any(m is k for k in dispatch._MEMOS))
-    return memo[0]
+    memo = next(m for m in cells if any(m is k for k in repeat.MEMOS))
+    return memo.latest
 
 
 def test_repeats_run_through_the_compiled_entry_out_and_new(rng):
@@ -41,11 +41,11 @@ def test_repeats_run_through_the_compiled_entry_out_and_new(rng):
     for _ in range(3):
         assert jitops.subtract(x, y, out=out) is out
     r = _repeat_of("subtract")
-    assert r.native is not None and not r.makes and r.native is r.headers[3]
+    assert r.native is not None and not r.makes and r.native is r.headers.out
     np.testing.assert_array_equal(out, x - y)
     results = [jitops.subtract(x, y) for _ in range(4)]
     r = _repeat_of("subtract")
-    assert r.makes and r.native is r.headers[4]
+    assert r.makes and r.native is r.headers.new
     for a in results:
         assert type(a) is np.ndarray and a.dtype == np.float64 and a.shape == (100,)
         assert a.flags.c_contiguous and a.flags.writeable and a.flags.owndata
@@ -265,8 +265,8 @@ def test_calls_alternating_between_kinds_of_arrays_take_the_one_before(rng):
         jitops.subtract(a, b, out=o1)
         jitops.subtract(c, d)
     cells = [cl.cell_contents for cl in jitops.subtract.__closure__]
-    memo = next(m for m in cells if any(m is k for k in dispatch._MEMOS))
-    assert memo[0].new and not memo[1].new and memo[0] is not memo[1]
+    memo = next(m for m in cells if any(m is k for k in repeat.MEMOS))
+    assert memo.latest.new and not memo.before.new and memo.latest is not memo.before
 
 
 def test_parallel_repeats_with_a_weak_scalar(rng):
@@ -298,7 +298,7 @@ def test_a_result_that_cannot_be_made_is_a_status_with_no_error_left_set(rng):
     for _ in range(3):
         jitops.subtract(x, y)
     r = _repeat_of("subtract")
-    f = fastcall.bind(r.launch.task, r.headers[0], 8, (x.dtype, (1 << 60,)))
+    f = fastcall.bind(r.launch.task, r.headers.meta, 8, (x.dtype, (1 << 60,)))
     assert f(x, y) == fastcall.kernels.MISMATCH
     assert f(x, y) == fastcall.kernels.MISMATCH
     np.testing.assert_array_equal(jitops.subtract(x, y), x - y)

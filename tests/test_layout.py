@@ -97,3 +97,14 @@ def test_cache_stamp_covers_the_files_that_make_kernels():
                    "core/dtypes.py", "core/config.py", "cpu/nary.py", "act.py"):
         assert needed in files, files
     assert not any(f.startswith(("cuda/", "dask/")) for f in files), files
+
+
+def test_the_front_end_routes_and_the_cpu_backend_keeps_its_repeats():
+    """jitops.dispatch imports of the CPU backend only its entry points (the backend, the
+    thread count's serial mode for Dask chunks, its repeats) and holds no CPU state: no
+    pool, no compiled entries, no keyed memo of its own."""
+    cpu = sorted(d for d in sources.imports("jitops.dispatch") if d.startswith("jitops.cpu."))
+    assert cpu == ["jitops.cpu.backend", "jitops.cpu.parallel", "jitops.cpu.repeat"], cpu
+    text = open(sources.module_file("jitops.dispatch"), encoding="utf-8").read()
+    for word in ("pool", "fastcall", "shapeclass", "C_SLEEPERS", "FAST.", "_REPEATS"):
+        assert word not in text, word

@@ -20,7 +20,7 @@ import pytest
 
 import jitops
 from jitops.core import config as _config
-from jitops.cpu import kernels, omp, parallel, pool
+from jitops.cpu import kernels, omp, parallel, pool, repeat
 
 pytestmark = pytest.mark.skipif(not pool.AVAILABLE, reason="jitops' pool runs on Linux only")
 needs_two = pytest.mark.skipif(parallel.get_num_threads() < 2,
@@ -571,15 +571,16 @@ def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them_in_a_burs
             call()
         # the entry that wakes the workers, counted (a signal may also end a worker's sleep,
         # so whether one is awake just after says nothing about the calls)
-        r = next(m[0] for m in dispatch._MEMOS if m[0] is not None and m[0].waking is not None)
+        r = next(m.latest for m in repeat.MEMOS
+                 if m.latest is not None and m.latest.waking is not None)
         woke, waking = [], r.waking
         r.waking = lambda *a, waking=waking: woke.append(a) or waking(*a)
         assert _wait_for_sleepers(True), "the workers did not fall asleep"
-        monkeypatch.setattr(dispatch, "_WAKE_WINDOW", 0.0)  # every call "far apart"
+        monkeypatch.setattr(repeat, "_WAKE_WINDOW", 0.0)  # every call "far apart"
         for _ in range(3):
             serially(name)
         assert not woke, f"{name}: calls far apart woke the workers"
-        monkeypatch.setattr(dispatch, "_WAKE_WINDOW", 1e9)  # every call "close together"
+        monkeypatch.setattr(repeat, "_WAKE_WINDOW", 1e9)  # every call "close together"
         serially(name)
         assert len(woke) == 1, f"{name}: a burst did not take the waking entry"
         # the workers may or may not have woken and slept again since: put them to sleep
@@ -601,7 +602,7 @@ def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them_in_a_burs
 def test_the_serial_run_while_asleep_can_be_turned_off(monkeypatch):
     from jitops import dispatch
 
-    monkeypatch.setattr(dispatch, "ASLEEP_SERIAL_MAX", 0)
+    monkeypatch.setattr(repeat, "ASLEEP_SERIAL_MAX", 0)
     dispatch.clear()
     n = 2 * _config.PARALLEL_THRESHOLD
     x = np.ones(n, np.float32)

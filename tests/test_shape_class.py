@@ -7,7 +7,7 @@ import pytest
 
 import jitops
 from jitops import dispatch
-from jitops.cpu import fastcall, kernels, shapeclass
+from jitops.cpu import fastcall, kernels, repeat, shapeclass
 
 pytestmark = pytest.mark.skipif(
     kernels.HEADER_OFFSETS is None or not fastcall.hooks.ok("fastcall"),
@@ -29,9 +29,9 @@ def _classes() -> int:
 
 def _class_in_memo(fn_name: str) -> bool:
     """Whether a public function's latest repeat is a class entry."""
-    for memo in dispatch._MEMOS:
-        r = memo[0]
-        if r is not None and len(r.headers) > 5 and r.headers[5] is not None \
+    for memo in repeat.MEMOS:
+        r = memo.latest
+        if r is not None and r.headers.cls is not None \
                 and r.launch is not None:
             return True
     return False
@@ -129,11 +129,11 @@ def test_the_entrys_meta_is_the_planners_for_every_shape():
             x, y = make(n)
             if n * max(x.size, y.size) // max(1, n) >= cls[shapeclass.W_MAX]:
                 continue
-            dispatch._FAST.clear()
-            for memo in dispatch._MEMOS:
-                memo[0] = memo[1] = None
+            repeat.FAST.clear()
+            for memo in repeat.MEMOS:
+                memo.latest = memo.before = None
             jitops.subtract(x, y)  # planned: its launch is the one just remembered
-            launch = next(iter(dispatch._FAST.values()))
+            launch = next(iter(repeat.FAST.values()))
             planned = launch.metas.build(threads=1)
             mine = shapeclass.meta_of(cls, None, x, y)
             assert mine is not None, n

@@ -18,7 +18,7 @@ import pytest
 import jitops
 from jitops import dispatch
 from jitops.core import config
-from jitops.cpu import kernels, stream
+from jitops.cpu import kernels, repeat, stream
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 DTYPES = ["bool", "int8", "uint8", "int16", "float16", "int32", "float32", "int64", "uint64",
@@ -42,7 +42,7 @@ def _launch_streams(call) -> bool:
 
     dispatch.clear()
     call()
-    (launch,) = dispatch._FAST.values()
+    (launch,) = repeat.FAST.values()
     (spec,) = [sp for sp, addr in [*kernels._TASKS.items(), *nary._TASKS.items()]
                if addr == launch.task]
     return spec.stream
@@ -203,7 +203,7 @@ def test_transposes_stream_their_tile_rows_at_every_output_alignment(stream_ever
                 out = _offset_view(rows * cols, dtype, off).reshape(rows, cols)
                 dispatch.clear()
                 got = getattr(jitops, op)(xv, yv, out=out)
-                (launch,) = dispatch._FAST.values()
+                (launch,) = repeat.FAST.values()
                 (spec,) = [sp for sp, addr in [*kernels._TASKS.items(), *nary._TASKS.items()]
                            if addr == launch.task]
                 assert spec.tiled and spec.stream, (op, rows, cols, off)
@@ -297,13 +297,13 @@ def test_a_write_only_output_is_exact_while_and_after_its_stores_are_chosen(
     calls = 2 * backend.StoreChoice.ROUNDS
 
     def memoised(launch) -> bool:
-        return any(m[0] is not None and m[0].launch is launch for m in dispatch._MEMOS)
+        return any(m.latest is not None and m.latest.launch is launch for m in repeat.MEMOS)
 
     for k in range(calls + 3):
         out[:] = np.nan
         jitops.subtract(col, row, out=out)
         np.testing.assert_array_equal(out, want)
-        (launch,) = dispatch._FAST.values()
+        (launch,) = repeat.FAST.values()
         assert (launch.choice is None) == (k >= calls - 1)  # chosen by the last timed call
         assert memoised(launch) == (k >= calls - 1)
     specs = {addr: sp for sp, addr in kernels._TASKS.items()}
@@ -312,5 +312,5 @@ def test_a_write_only_output_is_exact_while_and_after_its_stores_are_chosen(
     dispatch.clear()
     x = np.ones((600, 512), np.float32)
     jitops.subtract(x, x, out=out)
-    (launch,) = dispatch._FAST.values()
+    (launch,) = repeat.FAST.values()
     assert launch.choice is None and specs[launch.task].stream is True

@@ -18,6 +18,7 @@ import pytest
 
 import jitops
 from jitops.core.plan import TILED
+from jitops.cpu import repeat
 
 
 # module-level user ops: cacheable on disk (a file-backed function)
@@ -317,7 +318,7 @@ def test_scalar_operands_repeat_through_the_fast_path(monkeypatch, rng):
     real = dispatch.prepare
     monkeypatch.setattr(dispatch, "prepare", lambda *a, **k: calls.append(1) or real(*a, **k))
     x = _data(rng, (40,), "float32")
-    dispatch._FAST.clear()
+    repeat.FAST.clear()
     for w, b in ((2.0, 1), (-0.5, 3), (7.25, -4)):
         r = axpb(x, w, b)
         assert r.dtype == np.float32
