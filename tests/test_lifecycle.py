@@ -386,6 +386,54 @@ def test_calls_nested_in_a_call_never_wait_for_it(kind, layer, tmp_path):
     assert res.stderr.strip() == "", res.stderr[-3000:]
 
 
+_REAPER_START = """
+    import gc, sys, threading, numpy as np, jitops
+    where = sys.argv[1]
+    big = np.ones(3 * 10**6)  # results of 24 MB: recycled buffers
+    got = []
+    class Cycle:
+        def __init__(self):
+            self.me = self
+        def __del__(self):
+            got.append(float(jitops.add(big, 1.0)[0]))
+    gc.disable()  # each Cycle is collected where the patch below says, nowhere else
+    if where == "new thread":  # at the reaper thread's first steps, before start() returns
+        real = threading.Thread._bootstrap_inner
+        def bootstrap(self):
+            if self.name == "jitops-recycle-reaper":
+                Cycle()
+                gc.collect()
+            real(self)
+        threading.Thread._bootstrap_inner = bootstrap
+    else:  # inside Thread(), on the thread that starts it
+        real = threading.Thread.__init__
+        def init(self, *a, **k):
+            if k.get("name") == "jitops-recycle-reaper":
+                Cycle()
+                gc.collect()
+            real(self, *a, **k)
+        threading.Thread.__init__ = init
+    r = jitops.subtract(big, 0.5)  # the first recycled result starts the reaper
+    for _ in range(500):
+        if got:
+            break
+        threading.Event().wait(0.01)
+    assert r[0] == 0.5 and got == [2.0], got
+    print("ok")
+"""
+
+
+@pytest.mark.parametrize("where", ["new thread", "starting thread"])
+def test_a_del_calling_jitops_while_the_reaper_starts(where):
+    """A collection at the recycling reaper's start -- in ``Thread()`` on the calling thread,
+    or in the new thread's first steps while ``start()`` waits for them -- runs a ``__del__``
+    that makes a recycled result: no lock of jitops is held there (one held across
+    ``start()`` deadlocked the two threads; one held across ``Thread()`` the caller)."""
+    res, _ = _run(_REAPER_START, where, timeout=60)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout.strip() == "ok"
+
+
 _NO_THREADS = """
     import os, resource, warnings, numpy as np, jitops
     x = np.arange(4 * 10**6, dtype=np.float64)

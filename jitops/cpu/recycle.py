@@ -50,14 +50,17 @@ TRACKED_MAX = 16
 _buffers: list[np.ndarray] = []  # least recently handed out first
 _lock = threading.Lock()
 #: The thread inside ``_lock``'s block, if any: that block runs Python code (reference
-#: counts, a new array, starting the reaper), where a signal handler or a ``__del__`` may run
-#: and call jitops on the same thread; such a nested call gets a fresh buffer instead of
-#: waiting for the lock, and never starts a reaper itself.
+#: counts, a new array), where a signal handler or a ``__del__`` may run and call jitops on
+#: the same thread; such a nested call gets a fresh buffer instead of waiting for the lock.
 _owner = [None]
 _stats = {"new": 0, "reused": 0, "retried": 0, "reaped": 0}
 #: When each followed buffer was first seen idle by the reaper (by ``id``; none: in use).
 _idle_since: dict[int, float] = {}
-_reaper: list = [None]  # the reaper thread while one runs
+#: The right to start the reaper: taken by ``list.pop`` (atomic), given back when the reaper
+#: ends or fails to start. No lock is held while a thread starts: ``Thread()`` and the new
+#: thread's first steps run Python code where a collection may run a ``__del__`` that calls
+#: jitops (in either thread), which must find no lock of ours held.
+_start_token: list = [True]
 
 
 def _counts(buffers: list) -> list[int]:
@@ -128,6 +131,8 @@ def _take(nbytes: int) -> np.ndarray:
     buf = _locked(_take_locked, nbytes)
     if buf is None:  # a nested call: a fresh buffer, not followed
         return np.empty(nbytes, np.uint8)
+    if _start_token:
+        _start_reaper()
     return buf
 
 
@@ -138,13 +143,6 @@ def _forget(i: int) -> np.ndarray:
 
 
 def _take_locked(nbytes: int) -> np.ndarray:
-    buf = _reuse_or_new(nbytes)
-    if _reaper[0] is None and _buffers:  # (none yet, or none since a fork or a failed start)
-        _start_reaper_locked()
-    return buf
-
-
-def _reuse_or_new(nbytes: int) -> np.ndarray:
     for i, c in enumerate(_counts(_buffers)):
         if c == _IDLE and _buffers[i].nbytes == nbytes:
             _stats["reused"] += 1
@@ -171,25 +169,29 @@ def _reuse_or_new(nbytes: int) -> np.ndarray:
     return buf
 
 
-def _start_reaper_locked() -> None:
+def _start_reaper() -> None:
     """Start the thread that frees buffers idle for ``config.RECYCLE_IDLE_MS`` (it ends by
-    itself once nothing is followed; a daemon, so it never holds up the interpreter's exit).
-    Called inside ``_lock``'s block: a ``__del__`` run by ``Thread()`` that calls jitops takes
-    the nested path, where a second lock here would have waited for itself for ever."""
-    t = threading.Thread(target=_reap, name="jitops-recycle-reaper", daemon=True)
+    itself once nothing is followed; a daemon, so it never holds up the interpreter's exit),
+    unless one runs or is being started (:data:`_start_token`)."""
     try:
-        t.start()
-    except RuntimeError:  # no thread can be started (a limit, or the interpreter exiting)
+        _start_token.pop()
+    except IndexError:
         return
-    _reaper[0] = t
+    try:
+        threading.Thread(target=_reap, name="jitops-recycle-reaper", daemon=True).start()
+    except RuntimeError:  # no thread can be started (a limit, or the interpreter exiting)
+        _start_token.append(True)
 
 
 def _reap() -> None:
     idle_s = config.RECYCLE_IDLE_MS / 1000
-    while True:
-        time.sleep(idle_s / 2)
-        if _locked(_reap_locked, idle_s) is False:
-            return
+    try:
+        while True:
+            time.sleep(idle_s / 2)
+            if _locked(_reap_locked, idle_s) is False:
+                return
+    finally:
+        _start_token.append(True)
 
 
 def _reap_locked(idle_s: float) -> bool:
@@ -207,10 +209,7 @@ def _reap_locked(idle_s: float) -> bool:
             _idle_since.pop(id(b), None)
             _stats["reaped"] += 1
     _buffers[:] = keep
-    if not keep:
-        _reaper[0] = None
-        return False
-    return True
+    return bool(keep)
 
 
 def release() -> int:
@@ -247,7 +246,7 @@ def _after_fork_in_child() -> None:
     global _lock
     _lock = threading.Lock()
     _owner[0] = None
-    _reaper[0] = None  # the parent's reaper did not cross the fork
+    _start_token[:] = [True]  # the parent's reaper did not cross the fork
 
 
 lifecycle.at_fork_in_child(_after_fork_in_child)
