@@ -7,8 +7,9 @@ are those of :func:`jitops.cuda.catalog.catalog` (derived from the dispatcher's 
 rules), in chunks so pytest-xdist shares them out; the run's last line says
 ``N compiled, M failed`` (tests/conftest.py).
 
-``python -m pytest -m cuda_compile`` runs this alone; ``JITOPS_CUDA_COMPILE=full`` walks the
-whole op x dtype-pair x activation product instead of every value of each axis.
+The suite's default run compiles a spread quarter of them (:data:`SAMPLED` of the chunks);
+``python -m pytest -m cuda_compile`` compiles every one, alone; ``JITOPS_CUDA_COMPILE=full``
+walks the whole op x dtype-pair x activation product instead of every value of each axis.
 """
 
 import os
@@ -61,7 +62,13 @@ def _catalog():
     return list(catalog(full=os.environ.get("JITOPS_CUDA_COMPILE") == "full"))
 
 
-@pytest.mark.parametrize("chunk", range(CHUNKS))
+#: Chunks the main job compiles: each is a spread sample of the whole catalogue (every
+#: CHUNKS-th kernel); the others are slow-marked (``pytest -m cuda_compile`` runs them all).
+SAMPLED = 2
+
+
+@pytest.mark.parametrize("chunk", [c if c < SAMPLED else pytest.param(c, marks=pytest.mark.slow)
+                                   for c in range(CHUNKS)])
 def test_every_cuda_kernel_compiles_for_sm90(chunk, sm90):
     from numba import cuda
 

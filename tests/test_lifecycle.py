@@ -374,13 +374,13 @@ _NESTED = """
 def test_calls_nested_in_a_call_never_wait_for_it(kind, layer, tmp_path):
     """A signal handler and a ``__del__`` (a reference cycle collected mid-call) that call
     jitops -- large results, a ``threads()`` block, small calls -- while the same thread is
-    inside a large call: no deadlock, right answers, nothing on stderr. On jitops' own layer
-    the process starts from an empty cache, so the first calls compile: a collection inside
+    inside a large call: no deadlock, right answers, nothing on stderr. A ``__del__`` on jitops'
+    own layer starts from an empty cache, so the first calls compile: a collection inside
     Numba's compiler once raised an ImportError in ``__del__`` (a half-imported module) or
     turned fastcall off ("unsupported recursion"), and one inside ``threading.Thread()`` (the
     recycling reaper's start) deadlocked on Python 3.13."""
-    env = ({"JITOPS_CACHE_DIR": str(tmp_path / "cache")} if layer == "jitops"
-           else {"JITOPS_POOL": "0", "NUMBA_THREADING_LAYER": layer})
+    env = {"JITOPS_POOL": "0", "NUMBA_THREADING_LAYER": layer} if layer != "jitops" else (
+        {"JITOPS_CACHE_DIR": str(tmp_path / "cache")} if kind == "del" else {})
     res, _ = _run(_NESTED, kind, env=env, timeout=180)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stderr.strip() == "", res.stderr[-3000:]

@@ -106,6 +106,19 @@ def key_of(op, broadcast, axis, act, operands: tuple, out) -> tuple | None:
     return tuple(key)
 
 
+def _lookup(op, broadcast, axis, act, operands: tuple, out):
+    """``(launch, key)``: the keyed memo's launch of this call (None where there is none) and
+    its key (None where the call has none, or its keywords are unhashable: the pipeline then
+    says what is wrong)."""
+    key = key_of(op, broadcast, axis, act, operands, out)
+    if key is None:
+        return None, None
+    try:
+        return FAST.get(key), key
+    except TypeError:
+        return None, None
+
+
 def workers_asleep(words) -> bool:
     """Whether the pool whose control words ``words`` are (a view kept by a repeat) has
     sleeping workers and no OpenMP team in use."""
@@ -436,13 +449,7 @@ def with_scalar(memo: Memo, op, fname, x, y, broadcast, axis, act, out):
     type): ``(result, None)``, or ``(MISS, key)`` where the pipeline must run it (``key``: where
     to keep its launch, or None). A serial launch is remembered with the scalar object and
     the 0-d array it became."""
-    key = key_of(op, broadcast, axis, act, (x, y), out)
-    if key is None:
-        return MISS, None
-    try:
-        launch = FAST.get(key)
-    except TypeError:  # unhashable broadcast or act: the pipeline says what is wrong
-        return MISS, None
+    launch, key = _lookup(op, broadcast, axis, act, (x, y), out)
     if launch is None:
         return MISS, key
     try:
@@ -466,13 +473,7 @@ def with_scalar(memo: Memo, op, fname, x, y, broadcast, axis, act, out):
 def binary(memo: Memo, op, fname, x, y, broadcast, axis, act, out):
     """The keyed path of a call of two ndarrays: ``(result, None)``, or ``(MISS, key)`` where
     the pipeline must run it (``key``: where to keep its launch, or None)."""
-    key = key_of(op, broadcast, axis, act, (x, y), out)
-    if key is None:
-        return MISS, None
-    try:
-        launch = FAST.get(key)
-    except TypeError:  # unhashable broadcast or act: the pipeline says what is wrong
-        return MISS, None
+    launch, key = _lookup(op, broadcast, axis, act, (x, y), out)
     if launch is None:
         return MISS, key
     target = out if out is not None else launch.new_output()
@@ -503,13 +504,7 @@ def user(op, operands: tuple, broadcast, axis, out):
     """The keyed path of a user op (jitops.fusion.ElementwiseOp): ``(result, None)``, or
     ``(MISS, key)`` where the pipeline must run it. NumPy scalars count as the 0-d arrays they
     are to the pipeline (the caller converts them)."""
-    key = key_of(op, broadcast, axis, None, operands, out)
-    if key is None:
-        return MISS, None
-    try:
-        launch = FAST.get(key)
-    except TypeError:  # unhashable broadcast: the pipeline says what is wrong
-        return MISS, None
+    launch, key = _lookup(op, broadcast, axis, None, operands, out)
     if launch is None:
         return MISS, key
     arrays = operands
