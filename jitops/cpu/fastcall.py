@@ -114,11 +114,9 @@ def _repeat(self, args, nargs):
         meta, nd, dims, n = block[B_META], block[B_ND], address_of(block) + 8 * B_DIMS, 0
         if block[B_CLASS] != 0:  # this call's meta, planned here on the stack
             words = kernels.stack_words()
-            full, n = shapeclass.plan_call(block[B_CLASS], target, x, y, address_of(words))
-            meta = address_of(words) if full != 0 else 0
-            if full != 0:
-                nd = shapeclass.rank(block[B_CLASS], full)
-                dims = shapeclass.dims(block[B_CLASS], full)
+            dims, nd, n = shapeclass.plan_call(block[B_CLASS], target, x, y,
+                                               address_of(words))
+            meta = address_of(words) if dims != 0 else 0
         if meta != 0:
             if nargs == 2:
                 # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
@@ -233,15 +231,13 @@ def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
            cls: np.ndarray | None = None) -> np.ndarray:
     """The words :func:`_repeat` reads (B_*). ``result``: (dtype, shape) of the C-ordered new
     result the entry makes, or None; ``wake``: B_WAKE; ``cls``: a shape class's words
-    (``size`` then is the class's limit, and ``shape`` is not used)."""
+    (``size`` then is the class's limit, and ``shape`` is empty)."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
     dtype, shape = result if result is not None else (None, ())
     if result is None:
         new = 0
-    if cls is not None:
-        shape = ()
     return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, clear,
                      save, restore, new, id(np.ndarray), id(dtype), len(shape), wake,
                      0 if cls is None else cls.__array_interface__["data"][0],

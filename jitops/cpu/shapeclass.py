@@ -66,12 +66,13 @@ def _operand_ok(w, a, descr, nd):
 def plan_call(cls, o, x, y, meta_addr):
     """Write the meta of a call of class ``cls`` (the address of its words) with objects
     ``o`` (0: the entry makes the result), ``x``, ``y`` at ``meta_addr`` (``HDR + 8``
-    words); returns ``(full, n)``: the input whose shape the result has and the count of
-    elements, or ``(0, 0)`` where the objects are not of the class."""
+    words); returns ``(dims, nd, n)``: the address of the dims of the input whose shape the
+    result has, its rank and the count of elements, or ``(0, 0, 0)`` where the objects are
+    not of the class."""
     w = as_pointer(cls, _I64)
     ndx, ndy = w[W_ND_X], w[W_ND_Y]
     if not (_operand_ok(w, x, w[W_DESCR_X], ndx) and _operand_ok(w, y, w[W_DESCR_Y], ndy)):
-        return 0, 0
+        return 0, 0, 0
     if w[W_FULL] == 1:
         full, nd, small, nds, isf, iss = x, ndx, y, ndy, w[W_ISZ_X], w[W_ISZ_Y]
     else:
@@ -85,17 +86,17 @@ def plan_call(cls, o, x, y, meta_addr):
         sd = as_pointer(_word(small, w[W_OFF_DIMS]), _I64)
         for i in range(nds):
             if sd[i] != fd[nd - nds + i]:
-                return 0, 0
+                return 0, 0, 0
             k *= sd[i]
     if n <= 0 or n >= w[W_MAX]:
-        return 0, 0
+        return 0, 0, 0
     if o != 0:
         if not _operand_ok(w, o, w[W_DESCR_O], nd):
-            return 0, 0
+            return 0, 0, 0
         od = as_pointer(_word(o, w[W_OFF_DIMS]), _I64)
         for i in range(nd):
             if od[i] != fd[i]:
-                return 0, 0
+                return 0, 0, 0
     m = as_pointer(meta_addr, _I64)
     t = as_pointer(w[W_TEMPLATE], _I64)
     for i in range(K.HDR):
@@ -145,19 +146,7 @@ def plan_call(cls, o, x, y, meta_addr):
             m[K.M_HI + 1], m[K.M_HI + 2] = n * isf, hi_small
         else:
             m[K.M_HI + 1], m[K.M_HI + 2] = hi_small, n * isf
-    return full, n
-
-
-@register_jitable
-def rank(cls, a):
-    """The rank of the ndarray object at ``a``."""
-    return np.int64(as_pointer(a + as_pointer(cls, _I64)[W_OFF_ND], _I32)[0])
-
-
-@register_jitable
-def dims(cls, a):
-    """The address of the dims of the ndarray object at ``a``."""
-    return _word(a, as_pointer(cls, _I64)[W_OFF_DIMS])
+    return _word(full, w[W_OFF_DIMS]), nd, n
 
 
 @njit
@@ -215,9 +204,9 @@ def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.nda
     m = np.zeros(K.MAX_DIMS, np.int64)
     if _SIG not in _plan_call.overloads:
         registries.compile_with(lambda: _plan_call.compile(_SIG))
-    full, n = _plan_call(cls.__array_interface__["data"][0], 0 if target is None
+    found, _nd, _n = _plan_call(cls.__array_interface__["data"][0], 0 if target is None
                          else id(target), id(x), id(y), m.__array_interface__["data"][0])
-    if full == 0:
+    if found == 0:
         return None
     nd = int(m[K.M_ND])
     return m[:K.HDR + 4 * nd].copy()
@@ -242,8 +231,8 @@ def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out,
     found = _CLASSES.get(key)
     if found is not None:
         return found
-    template = launch.metas.build(threads=1)
-    cls[W_TEMPLATE] = template.__array_interface__["data"][0]
+    cls[W_TEMPLATE] = launch.metas.address(1)
+    template = launch.metas.arrays[1][0]  # the launch's own serial meta
     if not new and (np.may_share_memory(target, x) or np.may_share_memory(target, y)):
         return None  # in place: the inputs this call read are gone (a later call decides)
     planned = meta_of(cls, None if new else target, x, y)
