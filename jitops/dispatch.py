@@ -1,13 +1,10 @@
 """From a public op's arguments to a result: routing only.
 
-A call goes, in order, to: the CPU backend's repeats (:mod:`jitops.cpu.repeat`: a function's
-last two repeats, then the keyed memo); CUDA's (once CUDA has run); the operands that decide
-ufuncs themselves (NEP 13, :mod:`jitops.core.protocols`); Dask (:mod:`jitops.dask.backend`,
-whose chunks come back here with host arrays); then :func:`jitops.core.pipeline.prepare` and
-a backend -- the CPU (:mod:`jitops.cpu.backend`) or CUDA (imported only when asked for).
-The one piece of the CPU's repeats written into the public function itself is the call of
-its latest serial repeat's compiled entry: a repeat then costs one Python frame, not two
-(0.1 us of the ~0.25 us a repeated small call costs).
+In order: the CPU backend's repeats (:mod:`jitops.cpu.repeat`), CUDA's (once CUDA has run),
+operands that decide ufuncs themselves (NEP 13, :mod:`jitops.core.protocols`), Dask (whose
+chunks come back here), then :func:`jitops.core.pipeline.prepare` and a backend. The one
+piece of the CPU's repeats written into the public function is the call of its latest serial
+repeat's compiled entry: a repeat then costs one Python frame, not two.
 """
 
 from __future__ import annotations

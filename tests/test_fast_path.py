@@ -19,6 +19,7 @@ from jitops.core.pipeline import byte_extent, prepare
 from jitops.core.plan import TILED, make_plan
 from jitops.cpu import backend, pool, repeat
 from jitops.cpu import kernels as _cpu
+from jitops.cpu.layout import META
 
 
 def _addr(a):
@@ -144,7 +145,7 @@ def test_kernel_refuses_overlap_without_writing(rng):
     x, out = buf[:10], buf[2:]
     plan = make_plan(((10,), (10,)), ((1,), (1,)), "numpy", -1, (1,))
     ext = tuple(byte_extent(0, a.shape, a.strides, 8) for a in (out, x, x))
-    meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True))
+    meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True, True))
     spec = jitops.cpu.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
     entry = backend.entry_point(_cpu.KERNELS["serial"])
     assert entry(_cpu.task_address(spec), backend.ref(out), backend.ref(x), backend.ref(x),
@@ -551,7 +552,7 @@ def test_header_checks_refuse_any_other_object_without_writing(rng):
     # The kernel side of the memo: given objects that are not the remembered arrays (another
     # dtype object, shape, strides, a subclass, not an array at all), MISMATCH, nothing written.
     if _cpu.HEADER_OFFSETS is None:
-        assert _cpu.header_checks(np.zeros(_cpu.HDR, np.int64), ()) is None
+        assert _cpu.header_checks(np.zeros(META.SIZE, np.int64), ()) is None
         return
     x, y, out = rng.random((4, 6)), rng.random((4, 6)), np.zeros((4, 6))
     x.flags.writeable = False  # flags other than out's are not part of it
@@ -693,9 +694,9 @@ def test_tile_shifts_put_out_and_the_staged_input_on_a_line(dtype):
 
     dt = np.dtype(dtype)
     size = dt.itemsize
-    meta = np.zeros(_cpu.HDR, np.int64)
-    meta[_cpu.M_TILE_I], meta[_cpu.M_TILE_J], meta[_cpu.M_SHIFT] = 8, 512, 3
-    meta[_cpu.M_OFF_X] = 2
+    meta = np.zeros(_cpu.SHAPE, np.int64)
+    meta[META.TILE_I], meta[META.TILE_J], meta[META.SHIFT] = 8, 512, 3
+    meta[META.SIZE + 1] = 2  # x's start offset
     tiled = KernelSpec("subtract", None, dt, dt, dt, dt, False, True)
     flat = KernelSpec("subtract", None, dt, dt, dt, dt, False, False)
     base = 1 << 20  # a line boundary
@@ -709,9 +710,9 @@ def test_tile_shifts_put_out_and_the_staged_input_on_a_line(dtype):
         assert shifts(tiled, m, o, x, y, 1, 4096, 1, 1, 4096) == (y_line % 8, to_line % 512)
         assert shifts(tiled, m, o, x, y, 4096, 1, 1, 1, 1) == (0, 0)  # nothing runs down
         assert shifts(flat, m, o, x, y, 1, 1, 4096, 0, 1) == (0, 0)
-        meta[_cpu.M_SHIFT] = 2
+        meta[META.SHIFT] = 2
         assert shifts(tiled, m, o, x, y, 1, 1, 4096, 0, 1) == (0, to_line % 512)
-        meta[_cpu.M_SHIFT] = 3
+        meta[META.SHIFT] = 3
 
 
 def test_only_tiled_tasks_prefetch_and_the_next_tile_rows_are_hinted():

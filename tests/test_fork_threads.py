@@ -165,11 +165,12 @@ TORCH_SCENARIOS = {
         import jitops
         import torch
         from jitops.cpu import omp, pool
+        from jitops.cpu.layout import CONTROL
         x = np.arange(N, dtype=np.float64)
         assert np.array_equal(jitops.multiply(x, 2.0), x * 2.0)
         if pool.AVAILABLE:  # (with JITOPS_POOL=0 Numba's layer runs every job)
             assert omp.team() != 0, omp.status()
-            assert pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1  # the team ran the job
+            assert pool.word(pool.get().ctl, CONTROL.BY_CALLER) == -1  # the team ran the job
         torch.add(torch.from_numpy(x), 1.0)
         def body():
             return np.array_equal(jitops.add(x, 1.0), x + 1.0) and omp.team() == 0

@@ -35,7 +35,7 @@ def test_the_helpers_and_tasks_are_inner():
     # what Python calls keeps its entry point
     for entry in (*kernels.KERNELS.values(), *nary.KERNELS.values(), pool._worker,
                   pool.futex_wake):
-        if entry is not kernels.KERNELS["task"]:
+        if entry not in (kernels.KERNELS["task"], nary.KERNELS["task"]):
             assert not isinstance(entry, jit.InnerDispatcher), entry
 
 
@@ -83,10 +83,10 @@ def test_the_serial_and_pooled_drivers_are_optimised_lightly_and_their_tasks_are
     answers."""
     from numba.core.registry import cpu_target
 
-    for d in (kernels._kernel_serial, kernels._kernel_pooled, nary._ukernel_serial,
-              nary._ukernel_pooled):
+    for d in (kernels.KERNELS["serial"], kernels.KERNELS["pooled"], nary.KERNELS["serial"],
+              nary.KERNELS["pooled"]):
         assert d._compiler.pipeline_class is jit._DriverCompiler, d
-    assert kernels._kernel_parallel._compiler.pipeline_class is not jit._DriverCompiler
+    assert kernels.KERNELS["parallel"]._compiler.pipeline_class is not jit._DriverCompiler
     cg = cpu_target.target_context.codegen()
     asked = []  # ("module" | "function", options) of every pipeline asked for
     for kind in ("module", "function"):
@@ -103,7 +103,7 @@ def test_the_serial_and_pooled_drivers_are_optimised_lightly_and_their_tasks_are
         per_driver.append(asked[n:])
 
     monkeypatch.setattr(jit._DriverLibrary, "_optimize_final_module", spy)
-    fresh = jit.driver(kernels._kernel_serial.py_func)
+    fresh = jit.driver(kernels.KERNELS["serial"].py_func)
     sig = (types.int64,) * 5
     registries.compile_with(lambda: fresh.compile(sig))
     assert isinstance(fresh.overloads[sig].library, jit._DriverLibrary)

@@ -106,5 +106,126 @@ def test_the_front_end_routes_and_the_cpu_backend_keeps_its_repeats():
     cpu = sorted(d for d in sources.imports("jitops.dispatch") if d.startswith("jitops.cpu."))
     assert cpu == ["jitops.cpu.backend", "jitops.cpu.parallel", "jitops.cpu.repeat"], cpu
     text = open(sources.module_file("jitops.dispatch"), encoding="utf-8").read()
-    for word in ("pool", "fastcall", "shapeclass", "C_SLEEPERS", "FAST.", "_REPEATS"):
+    for word in ("pool", "fastcall", "shapeclass", "SLEEPERS", "FAST.", "_REPEATS"):
         assert word not in text, word
+
+
+#: Modules of Numba's ``numba.core`` that its extension API documents (the rest is internal).
+_NUMBA_PUBLIC_CORE = {"cgutils", "types", "errors", "extending", "models"}
+#: Undocumented options of Numba's ``jit``.
+_NUMBA_PRIVATE_OPTIONS = {"no_cpython_wrapper", "no_cfunc_wrapper"}
+#: Underscore names that their libraries document: namedtuple's and ctypes' fields, and
+#: ``sys._getframe``.
+_DOCUMENTED = {"_fields", "_fields_", "_replace", "_make", "_asdict", "_getframe"}
+
+
+def _own_names() -> set[str]:
+    """Every name jitops itself defines (functions, classes, variables, attributes, arguments)."""
+    own = set()
+    for m in sources.all_modules():
+        for n in ast.walk(ast.parse(open(sources.module_file(m), encoding="utf-8").read())):
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(n.name)
+            elif isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store):
+                own.add(n.id)
+            elif isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store):
+                own.add(n.attr)
+            elif isinstance(n, ast.arg):
+                own.add(n.arg)
+            elif isinstance(n, ast.alias):
+                own.add(n.asname or n.name.split(".")[0])
+    return own
+
+
+def _foreign_private(module: str, own: set[str]) -> set[str]:
+    return _foreign_private_in(open(sources.module_file(module), encoding="utf-8").read(), own)
+
+
+def _foreign_private_in(source: str, own: set[str]) -> set[str]:
+    """What a module's ``source`` reaches of other libraries' private interfaces: underscore names it
+    does not define itself (attributes, ``getattr`` strings, imports, methods it overrides in
+    a subclass of another library's class), ``numba.core`` internals, CPython's C API
+    (``ctypes.pythonapi``) and Numba's undocumented ``jit`` options."""
+    tree = ast.parse(source)
+    found = set()
+
+    def private(name: str) -> bool:
+        return (name.startswith("_") and not name.startswith("__") and name not in own
+                and name not in _DOCUMENTED)
+
+    for n in ast.walk(tree):
+        if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module:
+            parts = n.module.split(".")
+            names = [a.name for a in n.names]
+            if parts[0] not in ("jitops", "__future__") and any(
+                    p.startswith("_") for p in parts + names):
+                found.add(f"from {n.module} import {', '.join(names)}")
+            if parts[:2] == ["numba", "core"]:
+                inner = parts[2:3] or [x for x in names if x not in _NUMBA_PUBLIC_CORE]
+                if inner and inner[0] not in _NUMBA_PUBLIC_CORE:
+                    found.add(f"numba.core.{inner[0]}")
+        elif isinstance(n, ast.Attribute):
+            if private(n.attr):
+                found.add("." + n.attr)
+            elif n.attr == "pythonapi":
+                found.add("ctypes.pythonapi")
+        elif isinstance(n, ast.Call) and getattr(n.func, "id", None) in ("getattr", "hasattr",
+                                                                             "setattr"):
+            if len(n.args) > 1 and isinstance(n.args[1], ast.Constant) \
+                    and isinstance(n.args[1].value, str) and private(n.args[1].value):
+                found.add("." + n.args[1].value)
+        elif isinstance(n, ast.ClassDef) and n.bases:
+            for item in n.body:  # a subclass's private members override another library's
+                name = getattr(item, "name", None) or next(
+                    (t.id for t in getattr(item, "targets", ()) if isinstance(t, ast.Name)),
+                    None)
+                if name and name.startswith("_") and not name.startswith("__") and any(
+                        isinstance(b, (ast.Name, ast.Attribute))
+                        and (getattr(b, "id", None) or b.attr) not in _own_classes(own)
+                        for b in n.bases):
+                    found.add(f"{n.name}.{name}")
+        if isinstance(n, ast.keyword) and n.arg in _NUMBA_PRIVATE_OPTIONS:
+            found.add(n.arg)
+        if isinstance(n, ast.Constant) and n.value in _NUMBA_PRIVATE_OPTIONS:
+            found.add(n.value)
+    return found
+
+
+def _own_classes(own: set[str]) -> set[str]:
+    return {"object", "Exception", "RuntimeError", "ValueError", "TypeError", "RuntimeWarning",
+            "NamedTuple", "dict", "tuple", "list", "int", "str"} | _CLASSES
+
+
+_CLASSES: set[str] = set()
+
+
+def test_only_the_modules_the_hooks_table_names_reach_private_interfaces():
+    """Every private interface of another library (Numba's internals and undocumented
+    options, CPython's C API, NumPy's, PyTorch's) is reached only from a module the hooks
+    table names for it (jitops.cpu.hooks.WHERE), so each is fenced and switchable."""
+    from jitops.cpu import hooks
+
+    own = _own_names()
+    for m in sources.all_modules():
+        tree = ast.parse(open(sources.module_file(m), encoding="utf-8").read())
+        _CLASSES.update(n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
+    named = {mod for mods in hooks.WHERE.values() for mod in mods} | {"jitops.cpu.hooks"}
+    reach = {m: _foreign_private(m, own) for m in sources.all_modules()}
+    stray = {m: sorted(found) for m, found in reach.items() if found and m not in named}
+    assert not stray, stray
+    assert named <= set(reach), named - set(reach)  # the table names modules that exist
+
+
+def test_the_private_interface_scan_finds_each_kind():
+    """The scan above sees each way a module can reach another library's internals."""
+    src = ("import ctypes\nfrom numba.core.registry import cpu_target\n"
+           "from numba.core import cgutils\nfrom numba.np.ufunc import parallel\n"
+           "from foo._bar import baz\nclass L(codegen.JITCodeLibrary):\n"
+           "    def _optimize_final_module(self): pass\n"
+           "a = parallel._is_initialized\nb = getattr(lib, '_lock')\n"
+           "c = ctypes.pythonapi\nd = njit(no_cpython_wrapper=True)\n"
+           "e = own._mine\nf = nt._fields\n")
+    found = _foreign_private_in(src, own={"_mine"})
+    assert found == {"numba.core.registry", "from foo._bar import baz",
+                     "L._optimize_final_module", "._is_initialized", "._lock",
+                     "ctypes.pythonapi", "no_cpython_wrapper"}, found

@@ -21,6 +21,7 @@ _AFTER = """
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
     signal.signal(SIG, signal.SIG_IGN)
     from jitops.cpu import pool
+    from jitops.cpu.layout import CONTROL
     X = np.random.default_rng(1).standard_normal((2000, 500))
     Y = np.random.default_rng(2).standard_normal(500)
     assert np.array_equal(jitops.subtract(X, Y), X - Y)
@@ -28,9 +29,9 @@ _AFTER = """
     p = pool._pool
     if pool.AVAILABLE and jitops.get_num_threads() > 1:
         assert p is not None and not p.busy, "the pool was left taken"
-        gen = pool.word(p.ctl, pool.C_INFO) >> 32  # the job generation (pool or team)
+        gen = pool.word(p.ctl, CONTROL.INFO) >> 32  # the job generation (pool or team)
         jitops.subtract(X, Y)
-        assert pool.word(p.ctl, pool.C_INFO) >> 32 != gen, "a parallel call ran serially"
+        assert pool.word(p.ctl, CONTROL.INFO) >> 32 != gen, "a parallel call ran serially"
         assert all(t.is_alive() for t in p.threads)
     print("caught", caught, "done", done)
 """

@@ -41,18 +41,19 @@ import time, numpy as np
 import torch
 import jitops
 from jitops.cpu import omp, pool
+from jitops.cpu.layout import CONTROL
 jitops.set_num_threads(2)
 torch.set_num_threads(2)
 N = 1_000_000
 
 def on_team():
-    return pool.word(pool.get().ctl, pool.C_BY_CALLER) == -1  # the team's mark on a job
+    return pool.word(pool.get().ctl, CONTROL.BY_CALLER) == -1  # the team's mark on a job
 
 def no_backoff():
     # a team thread woken late may count as a stall (the next jobs then run on the pool):
     # these checks want the team itself
-    pool.get().words[pool.C_OMP_BACKOFF] = 0
-    pool.get().words[pool.C_OMP_STALLS] = 0
+    pool.get().words[CONTROL.OMP_BACKOFF] = 0
+    pool.get().words[CONTROL.OMP_STALLS] = 0
 
 def start_team():
     torch.add(torch.ones(N), 1.0)
@@ -134,15 +135,16 @@ def test_imported_before_pytorch_the_team_is_used_at_once():
         import sys, numpy as np
         import jitops
         from jitops.cpu import omp, pool
+        from jitops.cpu.layout import CONTROL
         assert omp.team() == 0  # no PyTorch yet
         import torch
         assert omp.team() != 0, omp.status()
         x = np.arange(1_000_000, dtype=np.float64)
         assert np.array_equal(jitops.subtract(x, x[::-1]), x - x[::-1])
         ctl = pool.get().ctl
-        assert pool.word(ctl, pool.C_BY_CALLER) == -1, (
+        assert pool.word(ctl, CONTROL.BY_CALLER) == -1, (
             omp.status(), jitops.get_num_threads(), len(pool.get().threads),
-            [pool.word(ctl, w) for w in (pool.C_OMP, pool.C_OMP_BACKOFF, pool.C_BY_CALLER)])
+            [pool.word(ctl, w) for w in (CONTROL.OMP, CONTROL.OMP_BACKOFF, CONTROL.BY_CALLER)])
         print("ok")
     """
     res = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
@@ -194,13 +196,13 @@ def test_a_team_thread_that_stalls_the_job_hands_the_next_jobs_to_the_pool():
         stalled = False
         for _ in range(400):  # a loaded machine (the suite's other worker) may take long
             assert np.array_equal(jitops.subtract(x, 2.0), x - 2.0)
-            if pool.word(ctl, pool.C_OMP_BACKOFF) > 0:
+            if pool.word(ctl, CONTROL.OMP_BACKOFF) > 0:
                 stalled = True
                 break
         assert stalled
-        left = pool.word(ctl, pool.C_OMP_BACKOFF)
+        left = pool.word(ctl, CONTROL.OMP_BACKOFF)
         assert np.array_equal(jitops.subtract(x, 3.0), x - 3.0)
-        assert not on_team() and pool.word(ctl, pool.C_OMP_BACKOFF) == left - 1
+        assert not on_team() and pool.word(ctl, CONTROL.OMP_BACKOFF) == left - 1
     """)
 
 
@@ -217,7 +219,7 @@ def test_a_team_that_keeps_stalling_is_tried_ever_more_rarely():
             os.sched_setaffinity(int(tid), {min(os.sched_getaffinity(0))})
         ctl = pool.get().ctl
         words = pool.get().words
-        assert (pool.word(ctl, pool.C_OMP_BACKOFF_MIN), pool.word(ctl, pool.C_OMP_BACKOFF_MAX)) \\
+        assert (pool.word(ctl, CONTROL.OMP_BACKOFF_MIN), pool.word(ctl, CONTROL.OMP_BACKOFF_MAX)) \\
             == (2, 8)
 
         def job(k=1.0):
@@ -231,12 +233,12 @@ def test_a_team_that_keeps_stalling_is_tried_ever_more_rarely():
             return False
 
         def backoff():
-            return pool.word(ctl, pool.C_OMP_BACKOFF)
+            return pool.word(ctl, CONTROL.OMP_BACKOFF)
 
         lengths = []
 
         def grown():
-            n = pool.word(ctl, pool.C_OMP_BACKOFF_LEN)
+            n = pool.word(ctl, CONTROL.OMP_BACKOFF_LEN)
             if n and (not lengths or lengths[-1] != n):
                 lengths.append(n)
             return lengths[-1:] == [8]
@@ -244,14 +246,14 @@ def test_a_team_that_keeps_stalling_is_tried_ever_more_rarely():
         # (a calm spell in between starts the doubling over: 8 only ever follows 2 and 4)
         assert until(grown) and lengths[-3:] == [2, 4, 8], lengths
         assert until(lambda: backoff() == 0)
-        words[pool.C_OMP_CLEAN] = -1000  # no calm spell now
+        words[CONTROL.OMP_CLEAN] = -1000  # no calm spell now
         assert until(lambda: backoff() > 0)  # the next backoff: capped at 8, not 16
-        assert pool.word(ctl, pool.C_OMP_BACKOFF_LEN) == 8
+        assert pool.word(ctl, CONTROL.OMP_BACKOFF_LEN) == 8
         assert until(lambda: backoff() == 0)
-        words[pool.C_OMP_CLEAN] = 100  # as if the team had run 100 jobs without a stall
-        words[pool.C_OMP_STALLS] = 0
+        words[CONTROL.OMP_CLEAN] = 100  # as if the team had run 100 jobs without a stall
+        words[CONTROL.OMP_STALLS] = 0
         assert until(lambda: backoff() > 0)
-        assert pool.word(ctl, pool.C_OMP_BACKOFF_LEN) == 2
+        assert pool.word(ctl, CONTROL.OMP_BACKOFF_LEN) == 2
     """, env={"JITOPS_OMP_BACKOFF": "2", "JITOPS_OMP_BACKOFF_MAX": "8"})
 
 
@@ -317,3 +319,4 @@ def test_a_look_does_not_wait_where_no_foreign_thread_runs():
         print("ok")
     """)
     assert "ok" in out
+

@@ -1,8 +1,8 @@
 """jitops' own thread pool (jitops.cpu.pool): the workers really share the work, a busy pool
 never blocks another thread, failures on a worker reach the caller, and an idle pool sleeps.
 
-The pool's control block is read directly: the generation of the last job (``C_INFO``), the
-tasks its caller ran itself (``C_BY_CALLER``), the workers asleep (``C_SLEEPERS``).
+The pool's control block is read directly: the generation of the last job (``CONTROL.INFO``), the
+tasks its caller ran itself (``CONTROL.BY_CALLER``), the workers asleep (``CONTROL.SLEEPERS``).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 import jitops
 from jitops.core import config as _config
 from jitops.cpu import kernels, omp, parallel, pool, repeat
+from jitops.cpu.layout import CONTROL
 
 pytestmark = pytest.mark.skipif(not pool.AVAILABLE, reason="jitops' pool runs on Linux only")
 needs_two = pytest.mark.skipif(parallel.get_num_threads() < 2,
@@ -39,11 +40,11 @@ def _own_workers(monkeypatch):
 
 
 def _generation() -> int:
-    return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+    return pool.word(pool.get().ctl, CONTROL.INFO) >> 32
 
 
 def _tasks_of_last_job() -> int:
-    return pool.word(pool.get().ctl, pool.C_INFO) & 0xFFFFFFFF
+    return pool.word(pool.get().ctl, CONTROL.INFO) & 0xFFFFFFFF
 
 
 @needs_two
@@ -57,7 +58,7 @@ def test_workers_run_part_of_every_large_call():
         assert _generation() == g + 1  # one job per call
         ntasks = _tasks_of_last_job()
         assert ntasks >= 2 * jitops.get_num_threads()  # balanced: several tasks per thread
-        by_workers += ntasks - pool.word(pool.get().ctl, pool.C_BY_CALLER)
+        by_workers += ntasks - pool.word(pool.get().ctl, CONTROL.BY_CALLER)
     assert by_workers > 0  # a worker took part (it may miss a job while the CPU is busy)
     assert len(pool.get().threads) == jitops.get_num_threads() - 1
 
@@ -80,9 +81,9 @@ def test_tasks_are_claimed_in_shrinking_runs(transposed):
     out = jitops.subtract(x, b)
     np.testing.assert_array_equal(out, x - b)
     ctl = pool.get().ctl
-    ntasks, claims = _tasks_of_last_job(), pool.word(ctl, pool.C_CLAIMS)
+    ntasks, claims = _tasks_of_last_job(), pool.word(ctl, CONTROL.CLAIMS)
     threads = jitops.get_num_threads()
-    assert pool.word(ctl, pool.C_NRANGES) == threads and pool.word(ctl, pool.C_UNIT) == 1
+    assert pool.word(ctl, CONTROL.NRANGES) == threads and pool.word(ctl, CONTROL.UNIT) == 1
     assert ntasks >= 4 * threads
     assert 1 <= claims <= ntasks
     if ntasks >= 256:
@@ -96,7 +97,7 @@ def _caller_firsts(call, jobs: int) -> list[tuple[int, int]]:
     seen = []
     for _ in range(jobs):
         call()
-        seen.append((_generation(), pool.word(pool.get().ctl, pool.C_CALLER_FIRST)))
+        seen.append((_generation(), pool.word(pool.get().ctl, CONTROL.CALLER_FIRST)))
     return seen
 
 
@@ -112,14 +113,14 @@ def test_each_thread_keeps_its_range_and_every_other_job_walks_it_backwards(alte
     x = np.linspace(-3, 3, N).astype(np.float32)
     y = x[::-1].copy()
     o = np.empty_like(x)
-    saved = int(p.words[pool.C_ALTERNATE])
-    p.words[pool.C_ALTERNATE] = alternate
+    saved = int(p.words[CONTROL.ALTERNATE])
+    p.words[CONTROL.ALTERNATE] = alternate
     try:
         seen = _caller_firsts(lambda: jitops.subtract(x, y, out=o), 12)
         np.testing.assert_array_equal(o, x - y)
     finally:
-        p.words[pool.C_ALTERNATE] = saved
-    ntasks, nranges = _tasks_of_last_job(), pool.word(p.ctl, pool.C_NRANGES)
+        p.words[CONTROL.ALTERNATE] = saved
+    ntasks, nranges = _tasks_of_last_job(), pool.word(p.ctl, CONTROL.NRANGES)
     assert nranges == jitops.get_num_threads()
     own_end = ntasks // nranges - 1  # the caller's range: tasks 0 .. own_end
     ran_own = [(g, first) for g, first in seen if first != -1]
@@ -131,13 +132,13 @@ def test_each_thread_keeps_its_range_and_every_other_job_walks_it_backwards(alte
     # a tiled transpose is always walked forwards (backwards its tiles ran 9% slower)
     a = np.arange(1024 * 1024, dtype=np.float32).reshape(1024, 1024)
     t = np.empty_like(a)
-    saved = int(p.words[pool.C_ALTERNATE])
-    p.words[pool.C_ALTERNATE] = alternate
+    saved = int(p.words[CONTROL.ALTERNATE])
+    p.words[CONTROL.ALTERNATE] = alternate
     try:
         seen = _caller_firsts(lambda: jitops.subtract(a.T, a, out=t), 6)
         np.testing.assert_array_equal(t, a.T - a)
     finally:
-        p.words[pool.C_ALTERNATE] = saved
+        p.words[CONTROL.ALTERNATE] = saved
     assert {first for _, first in seen} <= {0, -1} and (0 in {first for _, first in seen})
 
 
@@ -167,8 +168,8 @@ def test_a_job_of_one_thread_walks_all_its_tasks_each_way(monkeypatch):
             assert pooled(*args, p.ctl, 0) == kernels.OK
             np.testing.assert_array_equal(o, x - y)
             ntasks = _tasks_of_last_job()
-            assert ntasks >= 8 and pool.word(p.ctl, pool.C_BY_CALLER) == ntasks
-            firsts.append((_generation() % 2, pool.word(p.ctl, pool.C_CALLER_FIRST)))
+            assert ntasks >= 8 and pool.word(p.ctl, CONTROL.BY_CALLER) == ntasks
+            firsts.append((_generation() % 2, pool.word(p.ctl, CONTROL.CALLER_FIRST)))
     assert sorted(set(firsts)) == [(0, 0), (1, ntasks - 1)]
 
 
@@ -176,6 +177,7 @@ _STEAL_STRESS = """
     import itertools, sys
     import numpy as np, jitops
     from jitops.cpu import pool
+    from jitops.cpu.layout import CONTROL
     assert jitops.get_num_threads() == 5
     rng = np.random.default_rng(7)
     p = pool.get()
@@ -185,7 +187,7 @@ _STEAL_STRESS = """
     calls = 0
     for cap, units, alt in itertools.product((5, 3, 1), (pool.MAX_UNITS, 7, 2), (1, 0)):
         with p.held():
-            w[pool.C_RANGE_CAP], w[pool.C_MAX_UNITS], w[pool.C_ALTERNATE] = cap, units, alt
+            w[CONTROL.RANGE_CAP], w[CONTROL.MAX_UNITS], w[CONTROL.ALTERNATE] = cap, units, alt
         for shape in shapes:
             x = rng.standard_normal(shape).astype(np.float32)
             y = rng.standard_normal(shape[-1:]).astype(np.float32)
@@ -199,8 +201,8 @@ _STEAL_STRESS = """
             r = add3(x, y, y)
             assert np.array_equal(r, x * y + y), (cap, units, alt, shape)
             calls += 1
-            assert pool.word(p.ctl, pool.C_NRANGES) == min(5, cap)
-            assert pool.word(p.ctl, pool.C_UNIT) >= 1
+            assert pool.word(p.ctl, CONTROL.NRANGES) == min(5, cap)
+            assert pool.word(p.ctl, CONTROL.UNIT) >= 1
     print(calls)
 """
 
@@ -307,10 +309,10 @@ def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
     x = np.zeros(N)
     expect = np.zeros(N)
     _slow_where_large(x)  # compiled
-    saved = int(p.words[pool.C_JOIN_TIMEOUT])
-    p.words[pool.C_JOIN_TIMEOUT] = 900_000_000
+    saved = int(p.words[CONTROL.JOIN_TIMEOUT])
+    p.words[CONTROL.JOIN_TIMEOUT] = 900_000_000
     try:
-        sleeps = pool.word(ctl, pool.C_JOIN_SLEEPS)
+        sleeps = pool.word(ctl, CONTROL.JOIN_SLEEPS)
         worst = 0.0
         for k in range(12):
             where = (N - 1, 0, N // 2)[k % 3]  # the last, the first, a middle task
@@ -322,17 +324,17 @@ def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
             r = _slow_where_large(x)
             worst = max(worst, time.perf_counter() - t0)
             np.testing.assert_array_equal(r, expect)
-            assert pool.word(ctl, pool.C_DONE) == _job_tasks(ctl)
-        assert pool.word(ctl, pool.C_JOIN_SLEEPS) > sleeps  # the sleeping path ran
-        assert pool.word(ctl, pool.C_JOIN_WAITERS) == 0
+            assert pool.word(ctl, CONTROL.DONE) == _job_tasks(ctl)
+        assert pool.word(ctl, CONTROL.JOIN_SLEEPS) > sleeps  # the sleeping path ran
+        assert pool.word(ctl, CONTROL.JOIN_WAITERS) == 0
         assert worst < 0.6, f"a call took {worst:.2f} s: a waiting thread was not woken"
     finally:
-        p.words[pool.C_JOIN_TIMEOUT] = saved
+        p.words[CONTROL.JOIN_TIMEOUT] = saved
 
 
 def _job_tasks(ctl: int) -> int:
-    """The task count of the last job (the low half of ``C_INFO``)."""
-    return pool.word(ctl, pool.C_INFO) & ((1 << 32) - 1)
+    """The task count of the last job (the low half of ``CONTROL.INFO``)."""
+    return pool.word(ctl, CONTROL.INFO) & ((1 << 32) - 1)
 
 
 @contextlib.contextmanager
@@ -356,12 +358,12 @@ def _loaded_machine(per_cpu: int = 3):
 def _idle_for(seconds: float):
     """Workers woken within the block wait ``seconds`` for the next job before sleeping."""
     words = pool.get().words
-    before = int(words[pool.C_IDLE_NS])
-    words[pool.C_IDLE_NS] = int(seconds * 1e9)
+    before = int(words[CONTROL.IDLE_NS])
+    words[CONTROL.IDLE_NS] = int(seconds * 1e9)
     try:
         yield
     finally:
-        words[pool.C_IDLE_NS] = before
+        words[CONTROL.IDLE_NS] = before
 
 
 def _workers_cpu_ticks(p) -> int:
@@ -383,10 +385,10 @@ def test_an_idle_pool_sleeps_instead_of_spinning(loaded):
         jitops.add(np.ones(N), 1.0)
         p = pool.get()
         t0 = time.monotonic()
-        while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() - t0 < 5:
+        while pool.word(p.ctl, CONTROL.SLEEPERS) < len(p.threads) and time.monotonic() - t0 < 5:
             time.sleep(0.01)
         took = time.monotonic() - t0
-        assert pool.word(p.ctl, pool.C_SLEEPERS) == len(p.threads) >= 1, \
+        assert pool.word(p.ctl, CONTROL.SLEEPERS) == len(p.threads) >= 1, \
             f"workers still awake after {took:.1f} s (loaded: {loaded})"
         # asleep means no CPU time: the workers' own clocks stand still over 0.3 s
         before = _workers_cpu_ticks(p)
@@ -481,6 +483,7 @@ def test_a_forked_child_knows_its_own_pid_and_pool():
     code = """
         import os, numpy as np, jitops
         from jitops.cpu import pool
+        from jitops.cpu.layout import CONTROL
         x = np.arange(1 << 20, dtype=np.float64)
         assert np.array_equal(jitops.add(x, x), x + x)
         parent = pool.get()
@@ -491,8 +494,8 @@ def test_a_forked_child_knows_its_own_pid_and_pool():
             for _ in range(20):  # a worker just started may miss the first job
                 right.append(np.array_equal(jitops.add(x, x), x + x))
                 ctl = pool.get().ctl
-                shared.append(pool.word(ctl, pool.C_BY_CALLER)
-                              < pool.word(ctl, pool.C_INFO) & 0xFFFFFFFF)
+                shared.append(pool.word(ctl, CONTROL.BY_CALLER)
+                              < pool.word(ctl, CONTROL.INFO) & 0xFFFFFFFF)
             ok = (pool.current_pid() == os.getpid() != parent.pid
                   and pool.get() is not parent and all(right) and any(shared)
                   and len(pool.get().threads) == jitops.get_num_threads() - 1)
@@ -523,10 +526,10 @@ def _wait_for_sleepers(want_all: bool, timeout: float = 20.0) -> bool:
     p = pool.get()
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        n = pool.word(p.ctl, pool.C_SLEEPERS)
+        n = pool.word(p.ctl, CONTROL.SLEEPERS)
         if want_all:
             if n == len(p.threads) >= 1 and _thread_states(p) == {"S"} \
-                    and pool.word(p.ctl, pool.C_SLEEPERS) == n:
+                    and pool.word(p.ctl, CONTROL.SLEEPERS) == n:
                 return True
             time.sleep(0.001)
         elif n == 0:
@@ -623,12 +626,13 @@ def test_a_forked_child_repeats_a_call_remembered_while_the_parents_pool_slept()
     code = """
         import os, time, numpy as np, jitops
         from jitops.cpu import pool
+        from jitops.cpu.layout import CONTROL
         x = np.arange(1 << 17, dtype=np.float32)
         for _ in range(3):
             jitops.add(x, x)
         p = pool.get()
         deadline = time.monotonic() + 20
-        while pool.word(p.ctl, pool.C_SLEEPERS) < len(p.threads) and time.monotonic() < deadline:
+        while pool.word(p.ctl, CONTROL.SLEEPERS) < len(p.threads) and time.monotonic() < deadline:
             time.sleep(0.001)
         pid = os.fork()
         if pid == 0:

@@ -8,6 +8,7 @@ import pytest
 import jitops
 from jitops import dispatch
 from jitops.cpu import fastcall, kernels, repeat, shapeclass
+from jitops.cpu.layout import CLASS, META
 
 pytestmark = pytest.mark.skipif(
     kernels.HEADER_OFFSETS is None or not fastcall.hooks.ok("fastcall"),
@@ -127,7 +128,7 @@ def test_the_entrys_meta_is_the_planners_for_every_shape():
         ((_template, cls, _fo, _fn),) = shapeclass._CLASSES.values()
         for n in (1, 2, 100, 4095, 4096, 8191, 8192, 8193, 20000, 40000):
             x, y = make(n)
-            if n * max(x.size, y.size) // max(1, n) >= cls[shapeclass.W_MAX]:
+            if n * max(x.size, y.size) // max(1, n) >= cls[CLASS.MAX]:
                 continue
             repeat.FAST.clear()
             for memo in repeat.MEMOS:
@@ -137,7 +138,7 @@ def test_the_entrys_meta_is_the_planners_for_every_shape():
             planned = launch.metas.build(threads=1)
             mine = shapeclass.meta_of(cls, None, x, y)
             assert mine is not None, n
-            if mine[kernels.M_ND] == 2 and planned[kernels.M_ND] == 1:
+            if mine[META.ND] == 2 and planned[META.ND] == 1:
                 assert x.size == 48 or y.size == 48 or min(x.size, y.size) == 3  # one row
                 continue  # the planner made one dim of a single row: the same loop
             np.testing.assert_array_equal(mine, planned, err_msg=str(n))
@@ -210,6 +211,6 @@ def test_large_calls_leave_the_class_for_the_planner():
     x = _arr((10,), np.float32)
     jitops.subtract(x, x)
     ((_t, cls, _fo, _fn),) = shapeclass._CLASSES.values()
-    n = int(cls[shapeclass.W_MAX])
+    n = int(cls[CLASS.MAX])
     big = _arr((n,), np.float32)
     np.testing.assert_array_equal(jitops.subtract(big, big), np.zeros(n, np.float32))

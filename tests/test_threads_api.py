@@ -24,6 +24,7 @@ import pytest
 import jitops
 from jitops.core import config as _config
 from jitops.cpu import parallel
+from jitops.cpu.layout import CONTROL
 
 from .helpers import cgroup_join_source, cgroup_v1_child
 
@@ -161,7 +162,7 @@ def test_a_repeat_with_a_weak_scalar_follows_the_count_after_threads_one():
     jitops.subtract(x, x, out=out)  # the pool started
 
     def jobs() -> int:
-        return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+        return pool.word(pool.get().ctl, CONTROL.INFO) >> 32
 
     with jitops.threads(1):
         for _ in range(3):
@@ -275,7 +276,7 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
     jitops.subtract(x, y, out=out)  # the pool started
 
     def jobs() -> int:
-        return pool.word(pool.get().ctl, pool.C_INFO) >> 32
+        return pool.word(pool.get().ctl, CONTROL.INFO) >> 32
 
     jitops.set_num_threads(1)
     for _ in range(2):  # seen, then remembered on one thread (calls alternating)

@@ -377,7 +377,7 @@ def test_user_kernel_takes_data_addresses_when_the_header_offset_is_unverified(r
     x, w, b = (rng.random((4, 6)) for _ in range(3))
     out = np.zeros((4, 6))
     plan = make_plan((x.shape,) * 3, (((6, 1)),) * 3, "numpy")
-    meta = nary.build_meta(plan, (8,) * 4, data_offset=-1)
+    meta = kernels.build_meta(plan, (8,) * 4, data_offset=-1)
     axpb(x, w, b)  # compiles the task
     spec = nary.UserSpec(axpb.key, (x.dtype,) * 3, x.dtype, x.dtype, x.dtype, axpb.cacheable)
     entry = backend.entry_point(nary.KERNELS["serial"], backend._SIG3)
@@ -387,7 +387,7 @@ def test_user_kernel_takes_data_addresses_when_the_header_offset_is_unverified(r
     np.testing.assert_array_equal(out, x * w + b)
     # and refuses an overlap it was told to check, writing nothing
     ext = tuple(byte_extent(0, a.shape, a.strides, 8) for a in (out, out, w, b))
-    meta = nary.build_meta(plan, (8,) * 4, ext, (True, False, False, False), data_offset=-1)
+    meta = kernels.build_meta(plan, (8,) * 4, ext, (True, False, False, False), data_offset=-1)
     ptrs = np.array([addr(out) + 8, addr(out), addr(w), addr(b)], np.int64)
     before = out.copy()
     assert entry(nary.task_address(spec), addr(ptrs), addr(meta)) == kernels.OVERLAP

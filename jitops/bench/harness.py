@@ -271,8 +271,7 @@ _u.fused(x, x, x)  # compiled the first time, from the disk cache afterwards
 t8 = time.perf_counter()
 pyc = pyc and all(os.path.exists(importlib.util.cache_from_source(m.__file__))
                  for m in (jitops, _cpu, _nary))
-stats = [k.stats for k in (*_cpu.KERNELS.values(), _nary._utask_cached,
-                           _nary._ukernel_serial)]
+stats = [k.stats for k in (*_cpu.KERNELS.values(), *_nary.KERNELS.values())]
 hits = sum(sum(s.cache_hits.values()) for s in stats)
 misses = sum(sum(s.cache_misses.values()) for s in stats)
 print(json.dumps({"import_s": t1 - t0, "first_call_s": t3 - t2, "second_signature_s": t4 - t3,

@@ -194,22 +194,11 @@ def _median(t: list[float]) -> float:
 
 
 class StoreChoice:
-    """Which stores a launch whose output is only written runs faster with, measured on its
-    own first parallel calls.
-
-    An output that no input is read in full beside (``X(n, 1) - Y(1, m)``: every input
-    broadcast) is pure writes, and which stores write it faster depends on the machine's
-    phase: measured on two threads here, non-temporal stores took 3.5-3.7 ms for the 64 MB
-    outer difference where ordinary ones took 3.1-3.5 ms (PyTorch's 3.0-3.1), and minutes
-    later the streamed kernel was 1.01-1.08x PyTorch; earlier rounds measured streaming
-    1.05-1.28x PyTorch against 0.94-0.97x ordinary. Where inputs are read too (``x - y``),
-    streaming wins in every phase (1.3-1.5x) and is chosen by size alone
-    (:func:`jitops.cpu.kernels.should_stream`).
-
-    The first :data:`ROUNDS` calls of each kind alternate (streamed first); the kind with the
-    lower median time is kept for the launch's life. Both write the same values: only speed
-    depends on the choice. The ordinary-store task compiles (or loads from the disk cache)
-    on the first call that needs it.
+    """Which stores a write-only launch (every input broadcast, ``X(n, 1) - Y(1, m)``) runs faster
+    with, measured on its own first parallel calls: which wins there depends on the machine's
+    phase (where inputs are read too, streaming always wins and size decides:
+    kernels.should_stream). The first :data:`ROUNDS` calls of each kind alternate; the lower
+    median is kept for the launch's life. Both write the same values.
     """
 
     __slots__ = ("streamed", "plain_spec", "plain", "times", "chosen")
@@ -244,13 +233,9 @@ class StoreChoice:
 
 
 class Launch:
-    """Everything one call needs once its arrays are known: compiled entry point and meta.
-
-    The front end keeps these per call geometry, so a repeated call skips checking, planning
-    and Numba's dispatcher (whose type inference alone costs ~2 us). ``choice`` is set while
-    a write-only output's stores are being chosen (:class:`StoreChoice`): until then
-    ``task`` is the streamed one and the front end does not memoise the launch, so every
-    call comes through :meth:`run`.
+    """Everything one call needs once its arrays are known: compiled task, metas, output layout;
+    kept per call geometry for repeats. While a write-only output's stores are chosen (``choice``,
+    :class:`StoreChoice`) it is not memoised, so every call comes through :meth:`run`.
     """
 
     __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "direct", "shape", "dtype",
@@ -387,7 +372,7 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     geometry = ((t.dtype.alignment, x.dtype.alignment, y.dtype.alignment),
                 None if call.out is None else tuple(
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in (t, x, y)),
-                (_same_geometry(t, x), _same_geometry(t, y)))
+                tuple(_same_geometry(t, a) for a in (t, x, y)))
     result = _launch_for(spec, call.plan, geometry, call.dtypes.result)
     status = result._run(t, x, y, call.fname, call.out)  # prepare made the zero check
     if status != kernels.OK:  # the pipeline made the operands ready: this is a bug
@@ -409,7 +394,7 @@ class UserLaunch:
     def __init__(self, spec: nary.UserSpec, plan, dtype: np.dtype, geometry):
         self.in_dtypes = spec.inputs  # what a weak scalar operand becomes
         self.task = nary.task_address(spec)
-        self.metas = Metas(partial(nary.build_meta, plan, *geometry))
+        self.metas = Metas(partial(kernels.build_meta, plan, *geometry))
         self.parallel = kernels.runs_parallel(plan, dtype, spec.inputs)
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)

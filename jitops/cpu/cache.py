@@ -1,24 +1,13 @@
-"""Numba's on-disk cache, pointed at a user-writable directory and keyed on jitops' sources.
+"""Numba's on-disk cache, in a directory only this user can write, keyed on all of jitops' sources.
 
-Numba keys a cached kernel on its own source file only; jitops' kernels also depend on the
-scalar table and the spec overloads in other files. The locator below stamps every entry with
-a hash of all of them (and Numba's version), so editing any of them invalidates the cache
-instead of silently loading stale machine code. Entries are overwritten in place, so repeated
-runs do not grow the cache.
-
-A cache is machine code and pickles: whoever can write its directory can run code in the
-process that loads it. So jitops makes its directory itself (mode 0700) and, before reading
-or writing anything there, checks that the directory and each file it reads belong to this
-user, are not symbolic links and cannot be written by group or others
-(:func:`trusted_dir`, :func:`_read_trusted`); a directory that fails runs without a disk
-cache, with one warning naming it and why.
-
-A cache is an optimisation: it never makes a call fail. Every file carries a SHA-256 of its
-payload, and a loaded kernel must have the signature that was asked for; anything that does
-not verify (truncated, empty, garbage, swapped, a directory in a file's place) is treated as
-absent -- damaged files are removed where possible, so the recompiled kernel is written
-afresh. A cache that cannot be written (full disk, read-only directory) is still read, and
-compiled kernels simply stay in memory.
+Every entry is stamped with a hash of the kernels' sources (the scalar table and the spec
+overloads included) and Numba's version, so an edit anywhere invalidates it; entries are
+overwritten in place. A cache is machine code and pickles, so the directory is made mode 0700
+and it and every file read must belong to this user, not be a link and not be writable by
+others (:func:`trusted_dir`, :func:`_read_trusted`), else no disk cache, with one warning. It
+never makes a call fail: every file carries a SHA-256 of its payload and a loaded kernel must
+have the signature asked for; anything else is treated as absent (and removed), and a cache
+that cannot be written is still read.
 """
 
 from __future__ import annotations
@@ -93,17 +82,11 @@ def _is_digest(v: str) -> bool:
 
 
 def memoized_stamp(name: str, extra: str, kernel_modules: tuple[str, ...]) -> str:
-    """The stamp of the kernels of ``kernel_modules`` -- :func:`content_stamp` of ``extra``
-    (versions) and :func:`stamped_files` -- remembered in the cache directory against
-    :func:`_package_files_key`.
-
-    Finding those sources means reading the import graph of the kernel modules
-    (jitops.core.sources), 15 ms of every ``import jitops``; listing the package's files and
-    their stats takes a fraction of one. Any edit, reinstall or version change gives another
-    key, and the stamp is recomputed and written afresh. The memo is a cache too: a missing,
-    damaged or foreign file is recomputed (and replaced where the directory is writable),
-    never an error. One file per installed copy of jitops (its path in the name), so two
-    environments sharing a cache directory do not overwrite each other's.
+    """The stamp of the kernels of ``kernel_modules`` (:func:`content_stamp` of ``extra`` and
+    :func:`stamped_files`), remembered in the cache directory against
+    :func:`_package_files_key`, since finding those sources reads the import graph (15 ms of an
+    import). Any edit, reinstall or version change gives another key; a missing, damaged or
+    foreign memo is recomputed, never an error; one file per installed copy of jitops.
     """
     try:
         key = _package_files_key(extra)
@@ -363,15 +346,10 @@ def location(dispatcher) -> str | None:
 
 
 def _light_symbols(target_context) -> None:
-    """Register every symbol compiled code can call, short of a full registry refresh.
-
-    Numba's symbols come from four places: its C helpers, the C math functions and the
-    Python objects (registered at import and when the target context is made), the runtime
-    (``rtsys.initialize``), the parallel backend (a cached parallel kernel's reload hook), and
-    one registry module: ``numba.cpython.hashing`` injects CPython's hash secret on import.
-    Third-party extensions load their own (entry points, run when a dispatcher is made). LLVM
-    aborts the process on a missing symbol, so a test loads every kind of kernel this way
-    (tests/test_cache_light_load.py).
+    """Register every symbol compiled code can call, short of a full registry refresh: Numba's C
+    helpers, math functions and Python objects, the runtime, the parallel backend and CPython's
+    hash secret (``numba.cpython.hashing``). LLVM aborts on a missing symbol, so a test loads
+    every kind of kernel this way (tests/test_cache_light_load.py).
     """
     rtsys.initialize(target_context)
     import numba.cpython.hashing  # noqa: F401  (the hash-secret symbols)

@@ -1,25 +1,15 @@
 """A repeated serial call's compiled entry: a CPython ``METH_FASTCALL`` function bound to one
 launch, called with the operand objects themselves.
 
-Python reaches a compiled driver through Numba's CPython wrapper: an argument tuple, five
-integers unboxed and checked, the status boxed again, with three ``id()`` calls before it and
-a new result made by ``np.empty`` -- 0.73 us for a repeated 8-element
-``subtract(x, y, out=o)`` here and 0.95 us for ``subtract(x, y)``, against NumPy's 0.31 and
-0.30 us. :func:`bind` instead makes a builtin function (``PyCFunction_NewEx``) whose code is
-:func:`_repeat`, compiled once per process for every op and dtype (and kept in the disk
-cache). It takes ``(out, x, y)``, or ``(x, y)`` and makes the result with NumPy's
-``PyArray_NewFromDescr``; reads the task and the meta (with the header checks that make the
-driver verify each object, :func:`jitops.cpu.kernels.header_checks`) from the int64 block it
-is bound to; runs the serial driver (letting other threads run from
-:data:`RELEASE_GIL_FROM` elements); and returns the status, or the result. Measured on
-those calls: 0.24 and 0.31 us for the public function, the compiled entry 0.07 us of it.
-
-Fenced as the ``fastcall`` hook (:mod:`jitops.cpu.hooks`): it relies on CPython's C API
-through ``ctypes.pythonapi``, on NumPy's C API table, and on an ndarray's data pointer lying
-at :data:`SELF_DATA_OFFSET` (compiled in; checked against the verified header layout); and
-before any repeat relies on it, its first run is compared with Numba's wrapper on the first
-serial call's own operands (:func:`verify`). Where any of that fails, repeats call the driver
-through Numba's wrapper.
+:func:`bind` makes a builtin function (``PyCFunction_NewEx``) whose code is :func:`_repeat`,
+compiled once per process for every op and dtype (and disk-cached), instead of Numba's CPython
+wrapper (an argument tuple, unboxing, ``id()`` calls, ``np.empty``). It takes ``(out, x, y)``,
+or ``(x, y)`` and makes the result with NumPy's ``PyArray_NewFromDescr``; reads the task and
+meta from its int64 block (jitops.cpu.layout.BLOCK), or plans the call itself for a shape class
+(jitops.cpu.shapeclass); runs the serial driver, whose header checks verify each object; and
+returns the status or the result. Fenced as the ``fastcall`` hook: CPython's C API through
+``ctypes.pythonapi``, NumPy's C API table, the data pointer at :data:`SELF_DATA_OFFSET`; its
+first run is compared with Numba's wrapper on the call's own operands (:func:`verify`).
 """
 
 from __future__ import annotations
@@ -34,8 +24,10 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..core.pipeline import byte_extent
-from . import cache, hooks, kernels, pool, registries, shapeclass
+from . import cache, hooks, kernels, layout, pool, registries, shapeclass
 from .jit import c_entry
+from .layout import BLOCK as B
+from .layout import N_STATUS
 from .spec import address_of, as_pointer
 
 _I64 = types.int64
@@ -44,20 +36,6 @@ _I64 = types.int64
 #: into it (and into its disk-cached code): CPython's 16 on 64-bit builds with the GIL. The
 #: hook is off where the verified layout says otherwise (jitops.cpu.kernels.DATA_OFFSET).
 SELF_DATA_OFFSET = 16
-#: The block's words (:func:`_block`): the task's and the meta's addresses; the C functions
-#: called (``Py_IncRef``, ``Py_DecRef``, ``PyTuple_Pack``, ``PyErr_Clear``,
-#: ``PyEval_SaveThread`` and ``PyEval_RestoreThread``, or 0 where the GIL is kept, NumPy's
-#: ``PyArray_NewFromDescr``, or 0 where a new result is not made here); the new result's
-#: type, dtype and rank; the thread pool's control block whose sleeping workers the entry
-#: wakes before it computes, or 0 (jitops.dispatch: a parallel repeat run serially while
-#: they sleep); the address of a shape class's words (jitops.cpu.shapeclass: the entry plans
-#: each call itself, and ``B_META`` is the planner's meta it starts from), or 0; the Python
-#: int objects :func:`_repeat` returns, one per status 0 .. N_STATUS - 1; the new result's
-#: shape (none for a class: the input of the result's shape gives it).
-(B_TASK, B_META, B_INCREF, B_DECREF, B_PACK, B_CLEAR, B_SAVE, B_RESTORE, B_NEW, B_TYPE,
- B_DESCR, B_ND, B_WAKE, B_CLASS, B_STATUS) = range(15)
-N_STATUS = 64
-B_DIMS = B_STATUS + N_STATUS
 #: The statuses as objects: ``int`` 0 .. 63 (CPython's small ints, kept alive here anyway).
 STATUSES = tuple(range(N_STATUS))
 #: From how many elements a call lets other Python threads run while it computes (NumPy lets
@@ -107,48 +85,48 @@ def _repeat(self, args, nargs):
     block = as_pointer(as_pointer(self + SELF_DATA_OFFSET, _I64)[0], _I64)
     status = kernels.MISMATCH
     made = 0
-    if nargs == 3 or (nargs == 2 and block[B_NEW] != 0):
+    if nargs == 3 or (nargs == 2 and block[B.NEW] != 0):
         a = as_pointer(args, _I64)
         target = a[0] if nargs == 3 else 0
         x, y = a[nargs - 2], a[nargs - 1]
-        meta, nd, dims, n = block[B_META], block[B_ND], address_of(block) + 8 * B_DIMS, 0
-        if block[B_CLASS] != 0:  # this call's meta, planned here on the stack
+        meta, nd, dims, n = block[B.META], block[B.ND], address_of(block) + 8 * B.DIMS, 0
+        if block[B.CLASS] != 0:  # this call's meta, planned here on the stack
             words = kernels.stack_words()
-            dims, nd, n = shapeclass.plan_call(block[B_CLASS], target, x, y,
+            dims, nd, n = shapeclass.plan_call(block[B.CLASS], target, x, y,
                                                address_of(words))
             meta = address_of(words) if dims != 0 else 0
         if meta != 0:
             if nargs == 2:
                 # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
                 # reference to descr
-                _call1v(block[B_INCREF], block[B_DESCR])
-                made = target = _call8(block[B_NEW], block[B_TYPE], block[B_DESCR], nd, dims,
+                _call1v(block[B.INCREF], block[B.DESCR])
+                made = target = _call8(block[B.NEW], block[B.TYPE], block[B.DESCR], nd, dims,
                                        0, 0, 0, 0)
             if target != 0:
-                if block[B_WAKE] != 0:
-                    pool.futex_wake(block[B_WAKE])
-                saved = _call0(block[B_SAVE]) if block[B_SAVE] != 0 and (
-                    block[B_CLASS] == 0 or n >= RELEASE_GIL_FROM) else 0
-                status = _serial(block[B_TASK], target, x, y, meta)
+                if block[B.WAKE] != 0:
+                    pool.futex_wake(block[B.WAKE])
+                saved = _call0(block[B.SAVE]) if block[B.SAVE] != 0 and (
+                    block[B.CLASS] == 0 or n >= RELEASE_GIL_FROM) else 0
+                status = _serial(block[B.TASK], target, x, y, meta)
                 if saved != 0:
-                    _call1v(block[B_RESTORE], saved)
+                    _call1v(block[B.RESTORE], saved)
             else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
-                _call0v(block[B_CLEAR])  # decides again (and raises a MemoryError naming it)
+                _call0v(block[B.CLEAR])  # decides again (and raises a MemoryError naming it)
     if status < 0 or status >= N_STATUS:
         status = kernels.TASK_FAILED
-    code = block[B_STATUS + status]
+    code = block[B.STATUS + status]
     if made != 0:
         if status == kernels.OK:
             return made  # the new reference PyArray_NewFromDescr gave
         if status >= kernels.FP_RAISED:
-            pair = _pack2(block[B_PACK], 2, code, made)  # its own references
-            _call1v(block[B_DECREF], made)
+            pair = _pack2(block[B.PACK], 2, code, made)  # its own references
+            _call1v(block[B.DECREF], made)
             if pair != 0:
                 return pair
             made = 0  # no memory for the pair: the status (the flags reported again)
         else:
-            _call1v(block[B_DECREF], made)
-    _call1v(block[B_INCREF], code)
+            _call1v(block[B.DECREF], made)
+    _call1v(block[B.INCREF], code)
     return code
 
 
@@ -218,7 +196,7 @@ _FUNCTIONS: list = []
 
 
 def _functions() -> tuple[int, ...]:
-    """The C functions' addresses, in block order (B_INCREF .. B_NEW)."""
+    """The C functions' addresses, in block order (B.INCREF .. B.NEW)."""
     if not _FUNCTIONS:
         _FUNCTIONS.extend([*map(_c_address, ("Py_IncRef", "Py_DecRef", "PyTuple_Pack",
                                              "PyErr_Clear", "PyEval_SaveThread",
@@ -229,38 +207,38 @@ def _functions() -> tuple[int, ...]:
 
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
            cls: np.ndarray | None = None) -> np.ndarray:
-    """The words :func:`_repeat` reads (B_*). ``result``: (dtype, shape) of the C-ordered new
-    result the entry makes, or None; ``wake``: B_WAKE; ``cls``: a shape class's words
-    (``size`` then is the class's limit, and ``shape`` is empty)."""
+    """The words :func:`_repeat` reads (jitops.cpu.layout.BLOCK). ``result``: (dtype, shape)
+    of the C-ordered new result the entry makes, or None; ``wake``: a pool control block to
+    wake first, or 0; ``cls``: a shape class's words (``size`` then is the class's limit)."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
     dtype, shape = result if result is not None else (None, ())
     if result is None:
         new = 0
-    return np.array([task, meta.__array_interface__["data"][0], incref, decref, pack, clear,
-                     save, restore, new, id(np.ndarray), id(dtype), len(shape), wake,
-                     0 if cls is None else cls.__array_interface__["data"][0],
-                     *map(id, STATUSES), *shape], np.int64)
+    return np.array(layout.fill(
+        B, TASK=task, META=meta.__array_interface__["data"][0], INCREF=incref, DECREF=decref,
+        PACK=pack, CLEAR=clear, SAVE=save, RESTORE=restore, NEW=new, TYPE=id(np.ndarray),
+        DESCR=id(dtype), ND=len(shape), WAKE=wake,
+        CLASS=0 if cls is None else cls.__array_interface__["data"][0],
+        STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
 
 
 def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
          cls: np.ndarray | None = None):
-    """The compiled entry for the serial task ``task`` and ``meta`` (which must carry header
-    checks and outlive it; ``size`` elements): ``f(out, x, y) -> status``, and with ``result``
-    = (dtype, shape) also ``f(x, y)`` making a C-ordered result of them (see :func:`_repeat`;
-    ``dtype`` must outlive ``f``); with ``wake`` (a pool's control block, which outlives
-    every entry) the entry wakes that pool's sleeping workers first; with ``cls`` (a shape
-    class's words, outliving ``f``) it takes every call of that class, ``meta`` being the
-    planner's for one of them. None where the hook is off or not yet verified
-    (:func:`verify`)."""
+    """The compiled entry for serial ``task`` and ``meta`` (with header checks, outliving it;
+    ``size`` elements): ``f(out, x, y) -> status``, and with ``result`` = (dtype, shape) ``f(x, y)``
+    making the result; ``wake``: a pool control block whose sleepers it wakes first; ``cls``: a
+    shape class's words, ``meta`` then the planner's for one call. None where the hook is off or not
+    verified (:func:`verify`).
+    """
     if not _VERIFIED or (result is not None and "new" not in _VERIFIED) \
             or not hooks.ok("fastcall"):
         return None
     return _new(_block(task, meta, size, result, wake, cls))
 
 
-@hooks.register("fastcall", "Numba's CPython wrapper for repeated calls")
+@hooks.register("fastcall", "Numba's CPython wrapper for repeated calls", ("jitops.cpu.fastcall",))
 def _check() -> bool:
     """What the entry needs from this process: the ndarray layout compiled in, CPython's and
     NumPy's C functions found, and the entry compiled (or loaded from the disk cache). Whether
@@ -285,17 +263,12 @@ def _like(a: np.ndarray) -> np.ndarray:
 
 
 def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result: bool) -> None:
-    """Once per process and path, on the first serial launch the fast path keeps: run the entry
-    bound to it and Numba's wrapper on the same operands into fresh arrays of ``target``'s
-    layout (and, for a call that made its result, where the launch makes C-ordered results,
-    the entry's own new result), and compare the bytes and statuses; refused arguments (none,
-    too many, another object, a read-only out) must come back as statuses with nothing
-    written. Any difference turns the hook off (:func:`jitops.cpu.hooks.fail`). Costs a few
-    microseconds, and the entry's compile (or its load from the disk cache) the first time.
-
-    The new-result path is checked on a call that made its result: the launch of an ``out=``
-    call is planned for that out's layout, which a new result need not share (``out=o[::2]``
-    refuses a C-ordered result, as it should)."""
+    """Once per process and path, on the first serial launch kept: run the entry bound to it and
+    Numba's wrapper on the same operands into fresh arrays of ``target``'s layout (and the
+    entry's own new result, where the call made its result) and compare bytes and statuses;
+    refused arguments (none, too many, another object, a read-only out) must come back as
+    statuses with nothing written. Any difference turns the hook off (jitops.cpu.hooks.fail).
+    """
     makes = new_result and launch.makes_c_order()
     if ("new" if makes else "out") in _VERIFIED or not hooks.ok("fastcall"):
         return

@@ -1,22 +1,12 @@
 """float16 and bfloat16 on Numba's CPU target, which has neither type.
 
-float16 operands travel as their uint16 bit patterns. Widening to float32 is integer work and
-one exact multiply (:func:`_half_widen`: F16C's packed conversion, used on one value, raised
-flags from the register's other lanes); narrowing is LLVM's ``fptrunc`` (hardware F16C on
-x86-64), bit-exact IEEE round-to-nearest-even, whose overflow and underflow flags NumPy's
-errstate reports. Both vectorise. Arithmetic happens in float32, then rounds once to float16,
-as NumPy's own float16 loops do.
-
-float64 -> float16 has no instruction: LLVM calls ``__truncdfhf2``, a libgcc (GCC 12+) or
-compiler-rt function that a JIT finds only if some library happened to make it global
-(otherwise LLVM aborts the process: "Symbol not found"). So float64 values are first narrowed
-to float32 *rounding to odd* (truncate, then set the last bit if anything was cut), which
-keeps enough information for the single correct rounding to float16 that follows: the
-result equals a direct round-to-nearest-even conversion (24 bits >= 11 + 2).
-
-bfloat16 is the top half of a float32: widening is a shift, narrowing rounds the low 16 bits
-to nearest even in integer arithmetic (a NaN keeps its sign and top bits, quieted only if
-those would read as an infinity), from float64 through the same round-to-odd float32.
+Both travel as uint16 bit patterns and compute in float32, rounding once on the store, as
+NumPy's float16 loops do. float16 widens by integer work and one exact multiply
+(:func:`_half_widen`) and narrows with LLVM's ``fptrunc`` (F16C; IEEE round-to-nearest-even,
+its flags reported). float64 -> float16 would call ``__truncdfhf2``, which a JIT may not find
+(LLVM then aborts), so float64 narrows to float32 rounding to odd first, which keeps the one
+correct rounding that follows. bfloat16 is the top half of a float32: a shift to widen, and
+round-to-nearest-even in integer arithmetic to narrow (a NaN stays a NaN).
 """
 
 from __future__ import annotations
@@ -83,18 +73,12 @@ def _narrowing(name: str, doc: str, narrow):
 
 
 def _half_widen(builder, bits):
-    """float16 bits -> float32 without F16C: exact, and raising no floating-point flag.
-
-    LLVM widens a single float16 with F16C's packed ``vcvtph2ps`` on a register whose other
-    lanes hold whatever was there; a signalling NaN among them raised *invalid*: a spurious
-    FloatingPointError under ``np.errstate(invalid="raise")`` (13 of 1008 float16 calls of
-    tests/test_half.py's mix: transposed ``X.T * Y``, ``divide``, a user op). Here the
-    exponent and significand move into float32's places and one multiply by 2**112 rebiases
-    them, exactly, subnormals included (they become normal float32); an infinity or NaN
-    (exponent 31) gets float32's exponent 255 and keeps its payload, as NumPy's conversion
-    does. Integer and multiply lanes vectorise; a cache-resident float16 op costs about twice
-    the hardware conversion's time (1e6 ``x - y``, one thread: 206 us against 103; NumPy's
-    own float16 loop took 5.6 ms)."""
+    """float16 bits -> float32 without F16C: exact, and raising no floating-point flag (F16C widens
+    one value in a register whose other lanes may hold a signalling NaN, raising a spurious
+    *invalid*). The exponent and significand move into float32's places and one multiply by
+    2**112 rebiases them exactly, subnormals included; infinities and NaNs keep their payload,
+    as NumPy's conversion does. Vectorises.
+    """
     i32, f32 = ir.IntType(32), ir.FloatType()
 
     def c(v):

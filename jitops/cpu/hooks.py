@@ -1,74 +1,69 @@
-"""Every private or undocumented interface jitops relies on, fenced in one place.
+"""Every private or undocumented interface of another library jitops relies on, fenced here.
 
-Each hook below is checked once per process, on first use, for being there and behaving as
-jitops expects; where it is not (another Numba, another PyTorch, another platform), or where
-``JITOPS_DISABLE_HOOKS`` names it (a comma-separated list, or ``all``; the tests force each
-one off this way), jitops takes the public path beside it, warns once, and stays correct.
-Verified on CPython 3.10-3.13, Numba 0.62.1-0.68.1 (llvmlite 0.45-0.50), NumPy 2.0-2.4,
-PyTorch 2.13 (CPU wheel), x86-64 Linux.
+Each hook is checked once per process, on first use, for being there and behaving as jitops
+expects; where it is not (another Numba, PyTorch or platform), or ``JITOPS_DISABLE_HOOKS``
+names it (a comma-separated list, or ``all``; the tests force each off this way), jitops
+takes the public path beside it, warns once, and stays correct. :data:`WHERE` names the
+modules that reach each hook's interfaces, and no other module reaches one
+(tests/test_layout.py). What each speed hook buys is measured with it on and off in the
+benchmark's *Hooks* table (jitops.bench.hooks_bench), on the machine it runs on.
 
 ====================  ==========================================  =================================
-hook                  relies on, and what it buys (measured)      without it
+hook                  relies on, and what it buys                 without it
 ====================  ==========================================  =================================
 ``codegen``           Numba's ``JITCodeLibrary``/``CPUCodegen``    Numba's own libraries: every
                       internals (``_optimize_final_module``,       library optimised and turned
                       ``_function_pass_manager``, ...): machine     into machine code as Numba does
                       code only where asked for, drivers at
-                      ``-O1``, thin wrappers linked as they are.
-                      0.3 s of the first call on an empty cache
-                      (0.08 + 0.2), 0.15 s of a new user op
+                      ``-O1``, thin wrappers linked as they are:
+                      the first call on an empty cache
 ``registries``        the CPU target's registry refresh           Numba's full refresh
-                      (``load_additional_registries``) replaced
-                      while jitops compiles: 0.3-0.6 s of the
+                      (``load_additional_registries``, the
+                      ``numba.core.typing`` declarations): the
                       first call on an empty cache
 ``compiler_lock``     the RLock inside Numba's compiler lock      Numba's lock object: a compile
                       (``_CompilerLock._lock``): a C-level          entered through its Python
-                      ``with`` (an interrupt can leave it held     methods, no fork protection
-                      otherwise), taken around ``os.fork``
+                      ``with``, taken around ``os.fork``            methods, no fork protection
 ``llvm_lock``         llvmlite's LLVM lock (``ffi.lib._lock``),    no fork protection for it
-                      taken around ``os.fork``: 10 of 10
-                      children of a fork during compiles hung
+                      taken around ``os.fork`` (children of a
+                      fork during compiles hung without it)
+``wrapperless``       Numba's undocumented ``no_cpython_wrapper``  both wrappers compiled for every
+                      and ``no_cfunc_wrapper`` options: helpers    helper and task
+                      and tasks compiled without wrappers: the
+                      first call on an empty cache
+``numba_layer``       ``numba.np.ufunc.parallel._is_initialized``  Numba's layer taken as started
+                      (whether Numba's layer was started by        by someone else: serial kernels
+                      someone else): parallel kernels on its       on its ``omp`` layer
+                      ``omp`` layer where that is safe
 ``futex_pool``        libc's ``syscall`` and Linux futexes: the    Numba's threading layer (TBB
-                      pool. A 1e6 subtract after 2 ms idle:        first, as Numba chooses)
-                      169 us (OpenMP), 257 us (TBB), ~150 us
+                      pool: a call after a few ms idle             first, as Numba chooses)
 ``gomp_team``         GNU OpenMP's ``GOMP_parallel`` in PyTorch's  jobs on the pool's own workers
                       ``libgomp``, found through ``/proc``: a
-                      1e6 subtract beside PyTorch 1.5-1.9x its
-                      time alone on the pool, within 1.15x on the
-                      team
+                      call right after a PyTorch op
 ``proc``              ``/proc/self/maps`` and ``/proc/self/task``  OpenMP runtimes unknown: on
                       (OpenMP runtimes loaded, team threads)       Numba's ``omp`` layer, serial
 ``refcounts``         ``sys.getrefcount`` exact for a buffer       no recycling: new pages for
-                      (recycled result buffers): 4.5 ms of a       every large result
-                      1e7 float32 subtract's 8 ms
-``ndarray_header``    CPython's and NumPy's ``PyArrayObject``      data addresses resolved in
-                      layout (data, flags, shape, strides,         Python; repeats planned anew
-                      dtype read by the kernels): the fast path's  (no memo)
-                      repeat, 8 float64 ``out=`` 0.65 against
-                      8.6 us a call
+                      (recycled result buffers): a large new       every large result
+                      result
+``ndarray_header``    CPython's and NumPy's ``PyArrayObject``      data addresses given by Python;
+                      layout (data, flags, shape, strides,         repeats found by their geometry
+                      dtype read by the kernels): a repeated       (the keyed memo), no compiled
+                      small call                                   entry
 ``numba_cache``       Numba's cache classes (``_CacheLocator``,    no disk cache: every process
-                      ``IndexDataCacheFile``, ...): a cached       compiles (0.3-0.6 s a
-                      first call 0.026 s against 0.4 s compiled    signature)
+                      ``IndexDataCacheFile``, ...): a new          compiles
+                      process's first call
 ``fastcall``          CPython's C API through ``ctypes.pythonapi`` repeats call the driver through
                       (``PyCFunction_NewEx``, ``METH_FASTCALL``),  Numba's CPython wrapper, new
-                      NumPy's C API table (``PyArray_NewFromDescr``) results made in Python
-                      and an ndarray's data at offset 16: a
-                      repeat's compiled entry takes the objects
-                      and makes new results (jitops.cpu.fastcall).
-                      8 float64: ``out=`` 0.24 against 0.73 us a
-                      call, a new result 0.31 against 0.95 us;
-                      a shape class's entry (rank, dims, the
-                      C-contiguous flag read; jitops.cpu.
-                      shapeclass): a new shape ~0.5 against
-                      30-60 us (the benchmark's ``vary_*`` rows)
+                      NumPy's C API table (``PyArray_NewFromDescr``) results made in Python, no
+                      and an ndarray's data at offset 16: a        shape classes
+                      repeated small call, and a new shape of a
+                      shape class (jitops.cpu.shapeclass)
 ====================  ==========================================  =================================
 
-The CUDA backend's two hooks live beside their code, with the same switch and one warning
-each: ``nvvm_fma`` (jitops.cuda.rounding) and ``cuda_launch`` (jitops.cuda.repeat).
-
-Never more than this module and the modules that ask it (``ok(name)``) touch these
-interfaces; a test reads the table above and forces each hook off in turn
-(tests/test_hooks.py).
+The CUDA backend's hooks live beside their code, with the same switch and one warning each:
+``nvvm_fma`` (jitops.cuda.rounding), ``cuda_launch`` (jitops.cuda.repeat) and ``cuda_cache``
+(numba-cuda's cache classes, jitops.cuda.kernels). Under the CUDA simulator only (the tests),
+jitops.cuda.arrays reads a simulator array's host ndarray (``_ary``).
 """
 
 from __future__ import annotations
@@ -83,6 +78,14 @@ from collections.abc import Callable
 #: Why each hook is off (None: on), once looked at.
 _STATE: dict[str, str | None] = {}
 _CHECKS: dict[str, tuple[Callable[[], bool], str]] = {}
+#: The modules that reach each hook's interfaces; no other module reaches a private interface
+#: of another library (tests/test_layout.py). The CUDA backend's hooks keep their own state
+#: (:func:`check_once`); ``cudasim`` is the simulator's host array (tests only, no switch).
+WHERE: dict[str, tuple[str, ...]] = {
+    "nvvm_fma": ("jitops.cuda.rounding",), "cuda_launch": ("jitops.cuda.repeat",),
+    "cuda_cache": ("jitops.cuda.kernels",),
+    "cudasim": ("jitops.cuda.arrays", "jitops.cuda.backend"),
+}
 
 
 def disabled() -> set[str]:
@@ -97,11 +100,13 @@ def turned_off(name: str) -> str | None:
     return "turned off by JITOPS_DISABLE_HOOKS" if name in off or "all" in off else None
 
 
-def register(name: str, fallback: str):
-    """Register a hook's check (``@register(name, fallback)``): the ones below, and a module
-    that holds a hook's code and would otherwise be imported here (jitops.cpu.fastcall)."""
+def register(name: str, fallback: str, where: tuple[str, ...]):
+    """Register a hook's check (``@register(name, fallback, where)``): the ones below, and a
+    module that holds a hook's code and would otherwise be imported here (jitops.cpu.fastcall);
+    ``where``: the modules reaching its interfaces."""
     def add(check: Callable[[], bool]) -> Callable[[], bool]:
         _CHECKS[name] = (check, fallback)
+        WHERE[name] = where
         return check
     return add
 
@@ -173,7 +178,7 @@ def names() -> list[str]:
 # -- the checks ----------------------------------------------------------------------------------
 
 
-@register("codegen", "Numba's own code libraries")
+@register("codegen", "Numba's own code libraries", ("jitops.cpu.jit",))
 def _check_codegen() -> bool:
     import inspect
 
@@ -195,7 +200,7 @@ def _check_codegen() -> bool:
     return True
 
 
-@register("registries", "Numba's full registry refresh")
+@register("registries", "Numba's full registry refresh", ("jitops.cpu.registries",))
 def _check_registries() -> bool:
     from numba.core.registry import cpu_target
 
@@ -225,7 +230,7 @@ def _takes_its_rlock(holder) -> bool:
         return lock._is_owned()
 
 
-@register("compiler_lock", "Numba's compiler lock object as it is")
+@register("compiler_lock", "Numba's compiler lock object as it is", ("jitops.cpu.lifecycle",))
 def _check_compiler_lock() -> bool:
     from numba.core.compiler_lock import global_compiler_lock
 
@@ -241,7 +246,7 @@ def llvm_lock_holder():
     return ffi.lib._lock
 
 
-@register("llvm_lock", "no lock taken around a fork for llvmlite")
+@register("llvm_lock", "no lock taken around a fork for llvmlite", ("jitops.cpu.lifecycle",))
 def _check_llvm_lock() -> bool:
     from llvmlite.binding import ffi
 
@@ -250,6 +255,28 @@ def _check_llvm_lock() -> bool:
 
 FUTEX_NR, YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221, 158),
                       "s390x": (238, 158)}.get(platform.machine(), (None, None))
+
+
+@register("wrapperless", "Numba's CPython and C wrappers compiled for every function",
+          ("jitops.cpu.jit", "jitops.cpu.pool"))
+def _check_wrapperless() -> bool:
+    from numba.core.cpu import CPUTargetOptions
+
+    return all(hasattr(CPUTargetOptions, o) for o in ("no_cpython_wrapper", "no_cfunc_wrapper"))
+
+
+def wrapperless(**options: bool) -> dict[str, bool]:
+    """Numba's ``no_cpython_wrapper``/``no_cfunc_wrapper`` jit options as given, where the
+    hook is on; none (Numba's default: both wrappers) where it is off."""
+    return options if ok("wrapperless") else {}
+
+
+@register("numba_layer", "Numba's layer taken as started by someone else (serial on omp)",
+          ("jitops.cpu.parallel",))
+def _check_numba_layer() -> bool:
+    from numba.np.ufunc import parallel
+
+    return isinstance(getattr(parallel, "_is_initialized", None), bool)
 
 
 def _syscall_address() -> int:
@@ -261,13 +288,13 @@ def libc_syscall() -> int:
     return _syscall_address() if ok("futex_pool") else 0
 
 
-@register("futex_pool", "Numba's threading layer")
+@register("futex_pool", "Numba's threading layer", ("jitops.cpu.pool",))
 def _check_futex_pool() -> bool:
     return (sys.platform.startswith("linux") and FUTEX_NR is not None
             and sys.byteorder == "little" and bool(_syscall_address()))
 
 
-@register("gomp_team", "the pool's own workers beside PyTorch")
+@register("gomp_team", "the pool's own workers beside PyTorch", ("jitops.cpu.omp",))
 def _check_gomp_team() -> bool:
     if not (ok("futex_pool") and ok("proc")):
         raise RuntimeError("it needs the futex_pool and proc hooks")
@@ -275,7 +302,7 @@ def _check_gomp_team() -> bool:
 
 
 @register("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
-               "layer)")
+               "layer)", ("jitops.cpu.parallel", "jitops.cpu.omp"))
 def _check_proc() -> bool:
     with open("/proc/self/maps") as f:
         f.readline()
@@ -283,7 +310,7 @@ def _check_proc() -> bool:
     return True
 
 
-@register("refcounts", "new memory for every large result")
+@register("refcounts", "new memory for every large result", ("jitops.cpu.recycle",))
 def _check_refcounts() -> bool:
     """Counts there to read, and not deferred (a free-threaded build biases them); that one
     more reference reads as one more is probed by jitops.cpu.recycle itself, with the very
@@ -294,7 +321,8 @@ def _check_refcounts() -> bool:
     return gil is None or gil()
 
 
-@register("ndarray_header", "data addresses read in Python, and no memo of repeated calls")
+@register("ndarray_header", "data addresses given by Python, and repeats keyed by geometry",
+          ("jitops.cpu.kernels",))
 def _check_ndarray_header() -> bool:
     return header_offsets() is not None
 
@@ -367,7 +395,7 @@ def header_offsets() -> tuple[int, int, tuple[int, int, int, int, int]] | None:
     return _HEADER[0]
 
 
-@register("numba_cache", "no disk cache (every process compiles)")
+@register("numba_cache", "no disk cache (every process compiles)", ("jitops.cpu.cache",))
 def _check_numba_cache() -> bool:
     from numba.core import caching
 

@@ -1,17 +1,11 @@
 """How jitops' CPU functions are compiled: entry points Python calls, and inner functions.
 
-Numba gives every ``@njit`` function a CPython wrapper (unboxing, boxing, error translation)
-and a C-callable wrapper, each optimised and turned into machine code with the function, in
-every library, helpers included. jitops' helpers and tasks are only ever called by other
-compiled code (tasks through their address), so they are compiled without either: measured,
-0.3-0.4 s less of the first call with an empty cache (most of it LLVM). Such a function has no
-code Python could call, so :func:`inner` also makes a call from Python a TypeError, where
-Numba would jump to a null address.
-
-Numba links a callee's optimised IR into its caller and optimises the caller's whole module
-again (a module pass over code that has had one). A thin wrapper whose only work is a call
-(the cached user-op task, jitops.cpu.nary) skips that: :func:`wrapper` compiles it with a
-library that links its callees as they are, 0.15 s of a new user op's 1.6 s here.
+Helpers and tasks are only called by compiled code (tasks through their address), so
+:func:`inner` compiles them without Numba's CPython and C wrappers (0.3-0.4 s of the first
+call on an empty cache) and makes a call from Python a TypeError. :func:`wrapper` links a
+thin wrapper's callees as they are instead of optimising the whole module again (the cached
+user-op task), and :func:`driver` compiles the drivers at ``-O1`` with machine code only
+where asked for (the ``codegen`` hook, jitops.cpu.hooks).
 """
 
 from __future__ import annotations
@@ -27,10 +21,10 @@ from numba.core.typed_passes import NativeLowering
 from . import hooks, lifecycle
 
 #: Called only by compiled code: helpers, scalar-table functions, the tasks.
-INNER = {"nogil": True, "error_model": "numpy", "no_cpython_wrapper": True,
-         "no_cfunc_wrapper": True}
+INNER = {"nogil": True, "error_model": "numpy",
+         **hooks.wrapperless(no_cpython_wrapper=True, no_cfunc_wrapper=True)}
 #: Called from Python: the drivers, the pool's worker and wake-up.
-ENTRY = {"nogil": True, "error_model": "numpy", "no_cfunc_wrapper": True}
+ENTRY = {"nogil": True, "error_model": "numpy", **hooks.wrapperless(no_cfunc_wrapper=True)}
 
 
 class InnerDispatcher(CPUDispatcher):
@@ -50,18 +44,10 @@ def inner(fn):
 
 
 class LazyLibrary(codegen.JITCodeLibrary):
-    """A library turned into machine code only when something asks for its code.
-
-    Numba hands every finished library to its JIT engine, which generates machine code for it
-    at once -- for a helper compiled without wrappers too, whose code is never called: its
-    callers link its optimised IR and compile that into their own code. jitops' libraries are
-    :class:`LazyLibrary` (jitops.cpu.registries sets it while jitops compiles): finalised
-    (linked, optimised, verified) as Numba does, but given to the engine on the first request
-    for an address or for object code -- the tasks, the drivers and every function with a
-    Python wrapper get their machine code at once, as before; the helpers never. Measured, 0.08 s
-    of the very first call with an empty cache.
-
-    A library loaded from the disk cache is not finalised here and goes to the engine at once.
+    """A library turned into machine code only when something asks for its code: finalised as Numba
+    does, but given to the JIT engine on the first request for an address or object code. Tasks,
+    drivers and functions with a Python wrapper get theirs at once; helpers, whose IR their
+    callers link, never. A library loaded from the disk cache goes to the engine at once.
     """
 
     _lazy = False  # finalised here, not yet in the engine
@@ -157,17 +143,10 @@ class _LinkedAsIsLibrary(codegen.JITCodeLibrary):
 
 
 class _DriverLibrary(LazyLibrary):
-    """A driver's library: its own functions get LLVM's function passes at ``-O1``, and its
-    final module none of the two module pipelines at ``-O3`` Numba runs on every library
-    (a cheap one, then the full one with the inliner and the vectorisers).
-
-    A driver checks the call (straight-line IR, once per call) and runs tasks it calls
-    through their address, or hands them to the pool's ``run_job``: the tasks and the pool
-    are compiled and fully optimised in their own libraries and linked in as they are (called,
-    not inlined again). Measured on the serial driver, the module pipelines took 0.09-0.14 s
-    of the very first call on an empty cache (``-O1`` module pipelines about as long) and
-    making machine code of their output another 0.10-0.12 s; the function passes take
-    0.03 s, and machine code 0.04-0.06 s.
+    """A driver's library: its own functions get LLVM's function passes at ``-O1`` and its module
+    none of Numba's two ``-O3`` module pipelines. A driver is straight-line checks and calls of
+    tasks (or the pool's ``run_job``), each fully optimised in its own library and linked as it
+    is; the module pipelines and their machine code were 0.2 s of the first call.
     """
 
     def _optimize_final_module(self):
@@ -227,7 +206,7 @@ def wrapper(fn):
 def c_entry(fn):
     """:func:`driver`, but called from C, not from Python: compiled with Numba's C-callable
     wrapper (its address is the entry) and without a CPython wrapper."""
-    opts = {**ENTRY, "no_cfunc_wrapper": False, "no_cpython_wrapper": True}
+    opts = {**ENTRY, **hooks.wrapperless(no_cfunc_wrapper=False, no_cpython_wrapper=True)}
     return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **opts},
                          pipeline_class=_DriverCompiler)
 

@@ -1,34 +1,16 @@
-"""Numba CPU kernels: one loop nest for every op and dtype, specialised through a KernelSpec.
+"""Numba CPU kernels of the built-in ops: one loop nest for every op and dtype, specialised
+through a KernelSpec.
 
-The iteration space is the planner's coalesced shape. It is cut into *tasks*: a block of at
-most ``BLOCK`` elements of one row, or several whole short rows. ``_kernel_parallel`` runs the
-tasks under ``prange``; ``_kernel_serial`` runs the same tasks in a plain loop and is used below
-the parallel size (:func:`runs_parallel`), where a parallel launch costs more than the work.
-
-Each row runs one of two loops, picked per row from its strides (:func:`row`):
-
-* the plan's ``contig``, ``scalar_x`` and ``scalar_y`` rows (out unit-stride, each input
-  unit-stride or constant along the row: NumPy's ``BINARY_LOOP_FAST`` cases) run one
-  vectorised loop, a constant input staged into a stack buffer; outputs beyond the
-  last-level cache use its non-temporal twin (jitops.cpu.stream);
-* ``strided`` rows run the plain strided loop;
-
-and the ``tiled`` variant cuts the two innermost dims into ``TILE_I x TILE_J`` tiles (one task
-each), for operands that disagree on layout: an input that runs across the rows (``X.T``) is
-first copied into a tile on the task's stack, read along its own contiguous direction, so the
-tile's rows then run the vectorised row loops on stack, output and the other input.
-
-The two drivers (``_kernel_serial``, ``_kernel_parallel``) take five integers: the address of
-``_task`` compiled for one KernelSpec (:func:`task_address`), the three ndarray *objects'*
-addresses (``id()``) and the address of an int64 ``meta`` array (shape, strides, offsets, task
-geometry, checks). A driver reads each array's data pointer from its object header
-(``PyArrayObject.data``, at an offset verified against ``__array_interface__`` at import; where
-it cannot be verified the caller passes data addresses instead), checks alignment and, for
-``out=``, overlap with the inputs, and returns a status instead of writing when a check fails.
-So a repeated call costs one dictionary lookup and one compiled call (no
-``__array_interface__``, 1 us per array); the drivers are compiled once for every op and
-dtype, and array rank, layout and writeability never multiply signatures: exactly one
-``_task`` per KernelSpec.
+The planner's coalesced space is cut into tasks (:func:`task_geometry`): a block of one long
+row, several short rows, or a ``TILE_I x TILE_J`` tile where operands disagree on layout (an
+input running across the rows is staged into a stack tile first). A row runs the vectorised
+loop where out is unit-stride and each input unit-stride or constant (NumPy's
+``BINARY_LOOP_FAST`` cases; non-temporal stores beyond the last-level cache), else the
+strided loop (:func:`row`). A driver (:func:`driver_table`: parallel, serial, pooled) takes
+the task's address, the three operand objects' addresses and the meta's address
+(jitops.cpu.layout.META), makes the checks (:func:`emit_checks`) and runs the tasks: a status,
+never a silent failure. One compiled task per KernelSpec; rank, layout and writeability never
+multiply signatures.
 """
 
 from __future__ import annotations
@@ -43,8 +25,9 @@ from numba.extending import intrinsic, register_jitable
 
 from ..core import config
 from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from . import cache, hooks, parallel, pool, registries
+from . import cache, hooks, layout, parallel, pool, registries
 from .jit import ENTRY, driver, inner
+from .layout import META, OPERAND
 from .spec import KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, emit_stream_head, emit_stream_put, store_fence
@@ -69,22 +52,12 @@ FP_RAISED = 32
 #: odometer, which lives on that task's own stack.
 MAX_DIMS = 64
 
-# meta layout (int64): a fixed header, then the shape and the out, x, y strides (nd words each),
-# read only through _dim and _strides below
-M_ND, M_VARIANT, M_BLOCK, M_NTASKS, M_ROWS_PER_TASK, M_NBLK, M_ROWS = 0, 1, 2, 3, 4, 5, 6
-M_OFF_O, M_OFF_X, M_OFF_Y = 7, 8, 9
-M_DATA_OFF = 10  # offset of the data pointer in an ndarray object, or -1: addresses given
-M_ALIGN = 11  # 11..13: required alignment of out, x, y data pointers (bytes)
-M_CHECK = 14  # 1: check out against x and y for overlap
-M_LO, M_HI = 15, 18  # 15..17, 18..20: byte extent [p + lo, p + hi) of out, x, y
-M_SAME_X, M_SAME_Y = 21, 22  # x (y) has out's shape and strides: an exact alias is allowed
-M_TILE_I, M_TILE_J, M_NTI, M_NTJ = 23, 24, 25, 26
-M_FLAGS_OFF = 27  # offset of the flags in an ndarray object, or -1: not checked here
-M_HEADERS = 28  # where the header checks start in meta (header_checks), or -1: none
-M_SHIFT = 29  # tiled: bit 0 (1) the tile rows' edges, bit 1 (2) their columns' may move
+#: The built-in kernels' meta (jitops.cpu.layout.META) has three operands: out, x, y.
+NOPS = 3
+#: Where their meta's shape starts.
+SHAPE = layout.shape_at(NOPS)
 #: Most elements of one tile (TILE_I x TILE_J): what a task's stack holds per staged input.
 TILE_MAX = 4096
-HDR = 30
 
 _I64 = types.int64
 _LL64, _LL32 = ir.IntType(64), ir.IntType(32)
@@ -148,13 +121,13 @@ def emit_odometer_step(b, nd, dim, strides, slots, idx, done):
 
 def _emit_dim(b, meta, d):
     """Size of iteration dim ``d`` (slowest first): LLVM IR."""
-    return _words(b, meta)(b.add(_c(HDR), d))
+    return _words(b, meta)(b.add(_c(SHAPE), d))
 
 
 def _emit_strides(b, meta, nd, d):
     """Element strides of out, x and y along iteration dim ``d``: LLVM IR."""
     word = _words(b, meta)
-    return [word(b.add(b.add(_c(HDR), b.mul(_c(k), nd)), d)) for k in (1, 2, 3)]
+    return [word(b.add(b.add(_c(SHAPE), b.mul(_c(k), nd)), d)) for k in (1, 2, 3)]
 
 
 @intrinsic
@@ -192,7 +165,7 @@ def unravel(typingctx, meta, nd, ndims, r, idx):
     def codegen(context, builder, signature, args):
         meta, nd, ndims, r, idx = args
         b, word = builder, _words(builder, meta)
-        offs = [cgutils.alloca_once_value(b, word(k)) for k in (M_OFF_O, M_OFF_X, M_OFF_Y)]
+        offs = [cgutils.alloca_once_value(b, word(k)) for k in range(META.SIZE, META.SIZE + NOPS)]
         emit_unravel(b, r, ndims, lambda d: _emit_dim(b, meta, d),
                      lambda d: _emit_strides(b, meta, nd, d), offs, idx)
         return context.make_tuple(b, signature.return_type, [b.load(o) for o in offs])
@@ -257,16 +230,9 @@ def _pair_vector(p):
 
 
 def emit_load_word(b, p):
-    """LLVM IR: load the word at ``p``; a complex one as one ``<2 x T>`` vector.
-
-    A strided loop is not vectorised across elements, and Numba's complex struct loads as two
-    scalars: a strided complex128 ``x - y`` ran two ``vmovsd`` per operand and two ``vsubsd``
-    per element, where NumPy's loop runs one 16-byte load and one ``vsubpd``. Loaded and
-    stored this way, LLVM folds the two parts' arithmetic into one packed op. Measured on the
-    grid's strided cells (step 2, paired with NumPy, old and new code alternating): complex128
-    0.93-0.95x NumPy at 1e4 elements and 0.88-0.97x at 3e4 before, 1.03-1.07x and 0.97-1.04x
-    after; complex64 0.68-0.81x before, 0.95-1.06x after. Unaligned (``align 1``): NumPy
-    arrays need not be aligned, and x86 runs an unaligned load as fast on aligned data.
+    """LLVM IR: load the word at ``p``; a complex one as one unaligned ``<2 x T>`` vector, so that
+    LLVM folds the two parts' arithmetic into one packed op as NumPy's strided complex loop does
+    (Numba's complex struct loads as two scalars).
     """
     vt = _pair_vector(p)
     if vt is None:
@@ -322,21 +288,12 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> No
 
 @intrinsic
 def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
-    """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``,
-    ``sx``, ``sy``).
-
-    Where out is unit-stride and each input unit-stride or constant along the row (NumPy's
-    ``BINARY_LOOP_FAST`` cases: contig, scalar_x, scalar_y), the loops vectorise: with one
-    input constant (scalar_x, scalar_y) its value stays in a register and the other is read
-    in place; with both read in place (contig), or both constant (staged into their stack
-    buffers ``xb``/``yb``, ``CHUNK`` elements, and read like the others), one loop runs the
-    row in chunks. Where the spec streams, the elements after an aligned head are written
-    with non-temporal stores (jitops.cpu.stream), and every chunk after the head starts
-    aligned (``CHUNK`` elements span whole vectors).
-
-    LLVM IR around one call of the spec's :func:`element` (typed here, its compiled code linked
-    in): as a compiled Python function this was 0.25-0.3 s of Numba typing and lowering that
-    every new signature waited for.
+    """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``, ``sx``,
+    ``sy``). Where out is unit-stride and each input unit-stride or constant (contig, scalar_x,
+    scalar_y) the loop vectorises, a constant kept in a register or both staged into the stack
+    buffers ``xb``/``yb`` and run in ``CHUNK``-element chunks; streamed after an aligned head
+    where the spec streams. Else the strided loop. LLVM IR around one call of the spec's
+    :func:`element` (a compiled Python row cost 0.25-0.3 s of every new signature's compile).
     """
     if not isinstance(spec, KernelSpecType):
         return None
@@ -422,13 +379,9 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
 
 @intrinsic
 def stack_words(typingctx):
-    """``MAX_DIMS`` int64 words on the calling function's stack (an ``alloca`` in its entry
-    block), as a typed pointer: a task's odometer, or its per-operand offsets.
-
-    Each task's scratch lives in its own stack frame, so its lifetime is the task's by
-    construction. (An NRT array allocated in the parallel driver and shared with the ``prange``
-    tasks was freed while tasks still wrote to it: Numba prunes the reference once the array
-    is no longer used in the driver's own IR, whatever expression pretends to use it.)
+    """``MAX_DIMS`` int64 words on the calling function's stack (an entry-block ``alloca``): a
+    task's odometer or offsets, whose lifetime is the task's by construction (an NRT array shared
+    with ``prange`` tasks was freed while they wrote to it).
     """
     sig = types.CPointer(types.int64)()
 
@@ -474,14 +427,9 @@ def emit_prefetch(builder, at) -> None:
 
 @intrinsic
 def transpose_block(typingctx, dst, doff, width, src, soff, s_cols):
-    """Move an 8 x 8 block, transposed: for ``k`` in 0..7, the 8 contiguous elements at
-    ``src[soff + k * s_cols]`` become column ``k`` of the rows ``dst[doff + r * width]``.
-
-    Eight vector loads, three rounds of zips (interleaving rows ``i`` and ``i + 4``; three
-    rounds transpose an 8 x 8 matrix) and eight vector stores, on integers of the element's
-    width, so one piece of IR serves every dtype (LLVM lowers the zips to unpack and permute
-    instructions). Staged element by element, a transposed operand cost 2.7-3.4x the
-    contiguous op even in cache.
+    """Move an 8 x 8 block, transposed: the 8 contiguous elements at ``src[soff + k * s_cols]``
+    become column ``k`` of the rows ``dst[doff + r * width]``. Eight vector loads, three rounds
+    of zips and eight stores on integers of the element's width: one IR for every dtype.
     """
     if not (isinstance(dst, types.CPointer) and isinstance(src, types.CPointer)
             and dst.dtype == src.dtype):
@@ -585,7 +533,7 @@ def _staged(spec, meta, x, y, xt, yt, xo, yo, sx0, sx, sy0, sy, nrows, n):
     them is staged, read down its contiguous direction once; its tile rows are then contiguous
     on the stack."""
     xp, yp, xs, ys, xstep, ystep = x, y, sx, sy, sx0, sy0
-    width = meta[M_TILE_J]
+    width = meta[META.TILE_J]
     if staged(sx0, sx):
         _stage(xt, x, xo, sx0, sx, nrows, n, width)
         xp, xo, xs, xstep = xt, 0, 1, width
@@ -671,14 +619,11 @@ def emit_task_span(builder, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nb
 @intrinsic
 def task_span(typingctx, t, tiled, nti, ntj, tile_i, tile_j, dim_i, dim_j, nblk, block,
               rows_per_task, rows, si, sj):
-    """Where task ``t`` lies in the plan (the inverse of :func:`task_geometry`):
-    ``(r, i0, j0, nrows, n)``. Tiled: ``r`` indexes the dims outside the tile, whose corner is
-    ``(i0, j0)`` in the two innermost dims (``dim_i`` x ``dim_j``), the tile edges moved by
-    ``si`` rows and ``sj`` columns (:func:`tile_shifts`); a tile of the spare band is empty
-    (``nrows`` and ``n`` 0). Otherwise ``r`` is the task's first row and ``j0`` where its
-    block starts in it (``i0`` is 0). ``nrows`` rows of ``n`` elements follow. Every kernel
-    family decodes its tasks here (:func:`emit_task_span`, LLVM IR: a compiled helper cost
-    the first call 0.1-0.17 s)."""
+    """Where task ``t`` lies (the inverse of :func:`task_geometry`): ``(r, i0, j0, nrows, n)``.
+    Tiled: ``r`` indexes the dims outside the tile, whose corner is ``(i0, j0)``, edges moved by
+    ``si``/``sj`` (a spare-band tile is empty); else ``r`` is its first row and ``j0`` its block's
+    start. ``nrows`` rows of ``n`` follow. Every family decodes tasks here (:func:`emit_task_span`).
+    """
     sig = types.UniTuple(_I64, 5)(_I64, types.boolean, *([_I64] * 12))
 
     def codegen(context, builder, signature, args):
@@ -702,18 +647,13 @@ def emit_line_shift(b, p, off, size, tile):
 
 @intrinsic
 def tile_shifts(typingctx, spec, meta, o, x, y, so, x_runs, y_runs):
-    """``(si, sj)`` for :func:`task_span`: where the tile edges move so that out's tile rows
-    start on a cache line (``sj``; out unit-stride along them), and a staged input's
-    unit-stride runs down the tile rows (``si``; x's where ``x_runs``, else y's where
-    ``y_runs``: :func:`staged` and unit-stride down the rows) do. The same for every task
-    of a job (data pointers and meta); ``(0, 0)`` where meta's ``M_SHIFT`` bits say a dim
-    has no spare band, and for a spec that is not tiled (in IR, nothing compiled).
-
-    NumPy's large arrays start 16 bytes into a page: an 8-element float32 run of a
-    transposed input then straddles two lines in every other tile, and each 512-element row
-    of out begins and ends mid-line. On 4096^2 float32 ``X.T - Y`` (2 threads), arrays
-    starting on a line took 8.5-9.1 ms against 10.4-12.2 ms for NumPy's placement
-    (interleaved, shuffled rounds)."""
+    """``(si, sj)`` for :func:`task_span`: how far the tile edges move so that out's tile rows start
+    on a cache line (``sj``) and so do a staged input's unit-stride runs down the rows (``si``;
+    x's where ``x_runs``, else y's where ``y_runs``). The same for every task of a job; ``(0, 0)``
+    where meta's ``SHIFT`` bits leave a dim no spare band, and for a spec that is not tiled.
+    NumPy's large arrays start 16 bytes into a page, which leaves every other tile's runs
+    straddling two lines.
+    """
     if not (isinstance(spec, KernelSpecType) and isinstance(o, types.CPointer)):
         return None
     sig = types.UniTuple(_I64, 2)(spec, meta, o, x, y, so, types.boolean, types.boolean)
@@ -729,15 +669,16 @@ def tile_shifts(typingctx, spec, meta, o, x, y, so, x_runs, y_runs):
             return context.get_abi_sizeof(context.get_data_type(signature.args[k].dtype))
 
         shifts = emit_tile_shifts(
-            b, word(M_SHIFT), word(M_TILE_I), word(M_TILE_J), (o, word(M_OFF_O), size(2), so),
-            [(x, word(M_OFF_X), size(3), x_runs), (y, word(M_OFF_Y), size(4), y_runs)])
+            b, word(META.SHIFT), word(META.TILE_I), word(META.TILE_J),
+            (o, word(META.SIZE), size(2), so),
+            [(x, word(META.SIZE + 1), size(3), x_runs), (y, word(META.SIZE + 2), size(4), y_runs)])
         return context.make_tuple(b, signature.return_type, shifts)
 
     return sig, codegen
 
 
 def emit_tile_shifts(b, bits, tile_i, tile_j, out, inputs):
-    """LLVM IR of :func:`tile_shifts` for any kernel family: ``[si, sj]`` from the ``M_SHIFT``
+    """LLVM IR of :func:`tile_shifts` for any kernel family: ``[si, sj]`` from the ``META.SHIFT``
     ``bits``, ``out`` as ``(pointer, element offset, size, stride along the tile rows)`` and
     the inputs that may be staged as ``(pointer, offset, size, whether it is staged from
     unit-stride runs down the rows: an i1)``, the first such one deciding ``si``."""
@@ -765,8 +706,8 @@ def _task(spec, po, px, py, pmeta, t):
     o, x, y = pointers(spec, po, px, py)
     meta = as_pointer(pmeta, _I64)
     idx = stack_words()  # this task's odometer (nd - 1 words used)
-    nd = meta[M_ND]
-    var = meta[M_VARIANT]
+    nd = meta[META.ND]
+    var = meta[META.VARIANT]
     so, sx, sy = strides(meta, nd, nd - 1)
     # one step along dim nd - 2 (rows of a tile, or of a matrix, walk it)
     so0, sx0, sy0 = strides(meta, nd, nd - 2)
@@ -774,9 +715,9 @@ def _task(spec, po, px, py, pmeta, t):
     si, sj = tile_shifts(spec, meta, o, x, y, so, sx0 == 1 and staged(sx0, sx),
                          sy0 == 1 and staged(sy0, sy))
     r, i0, j0, nrows, n = task_span(
-        t, tiled, meta[M_NTI], meta[M_NTJ], meta[M_TILE_I], meta[M_TILE_J],
-        dim(meta, nd - 2 if nd > 2 else 0), dim(meta, nd - 1), meta[M_NBLK], meta[M_BLOCK],
-        meta[M_ROWS_PER_TASK], meta[M_ROWS], si, sj)
+        t, tiled, meta[META.NTI], meta[META.NTJ], meta[META.TILE_I], meta[META.TILE_J],
+        dim(meta, nd - 2 if nd > 2 else 0), dim(meta, nd - 1), meta[META.NBLK], meta[META.BLOCK],
+        meta[META.ROWS_PER_TASK], meta[META.ROWS], si, sj)
     # Unravel the first row (or the tile's outer index) once, with div/mod; the rows after it
     # are walked: along one dim in a tile, with the odometer otherwise.
     oo, xo, yo = unravel(meta, nd, nd - 2 if tiled else nd - 1, r, idx)
@@ -807,7 +748,7 @@ def _task(spec, po, px, py, pmeta, t):
 
 class _Emit:
     """LLVM IR for the drivers' checks and the row walks, read like the Python it replaces:
-    words of ``meta``, words at an offset from an object, and ``leave`` (store a result, jump
+    words of ``meta``, words at an offset from an object, and ``leave`` (store a status, jump
     to the end)."""
 
     def __init__(self, builder, meta):
@@ -815,8 +756,7 @@ class _Emit:
         # meta: its address (i64) or an int64 pointer
         self.meta = meta if isinstance(meta.type, ir.PointerType) \
             else builder.inttoptr(meta, _LL64.as_pointer())
-        # (status, out, x, y) results, in the entry block (registers after mem2reg)
-        self.slots = [cgutils.alloca_once_value(builder, _c(0)) for _ in range(4)]
+        self.status = cgutils.alloca_once_value(builder, _c(0))  # in the entry block
         self._done = None
         self.word = _words(builder, self.meta)  # ``meta[i]`` (i a Python int or an i64)
 
@@ -835,11 +775,9 @@ class _Emit:
     def cmp(self, op, a, b):
         return self.b.icmp_signed(op, a, b if isinstance(b, ir.Value) else _c(b))
 
-    def leave(self, status, ptrs=None):
-        """Return ``(status, *ptrs)`` (``ptrs`` defaults to the zeros already stored)."""
-        self.b.store(_c(status), self.slots[0])
-        for slot, p in zip(self.slots[1:], ptrs or ()):
-            self.b.store(p, slot)
+    def leave(self, status: int) -> None:
+        """Store ``status`` and jump to the end."""
+        self.b.store(_c(status), self.status)
         self.b.branch(self.done)
 
     def header_is(self, obj, h, k):
@@ -871,64 +809,77 @@ class _Emit:
         return b.load(good), nxt
 
 
+def emit_checks(e: _Emit, nops, ref, ptrs) -> None:
+    """LLVM IR of the checks a launch makes before it writes, for both kernel families:
+    ``nops`` operands (an i64, out first), ``ref(k)`` operand ``k``'s object address (or its
+    data address, where meta's ``DATA_OFF`` is -1). In order: the header checks (objects
+    taken by identity must be the arrays planned for), the data addresses into ``ptrs`` (an
+    i64 pointer), their alignment, out still writeable, and with ``out=`` no overlap of out
+    with an input other than its exact view (NumPy's answer is computed from the inputs as
+    they were; an exact alias runs in place, each element read before it is written). Ends
+    with ``e.leave(status)``."""
+    b, word, cmp = e.b, e.word, e.cmp
+    nd = word(META.ND)
+    base = b.add(_c(META.SIZE), b.add(nops, b.add(nd, b.mul(nops, nd))))
+
+    def check(k, j):  # operand k's OPERAND word j
+        return word(b.add(base, b.add(b.mul(_c(OPERAND.SIZE), k), _c(j))))
+
+    h = word(META.HEADERS)
+    with b.if_then(cmp(">=", h, 0)):
+        at = cgutils.alloca_once_value(b, b.add(h, _c(len(HEADER_OFFSETS or ()))))
+        with cgutils.for_range(b, nops) as loop:
+            good, nxt = e.header_is(ref(loop.index), h, b.load(at))
+            with b.if_then(b.not_(good)):
+                e.leave(MISMATCH)
+            b.store(nxt, at)
+    off = word(META.DATA_OFF)
+    with cgutils.for_range(b, nops) as loop:
+        k = loop.index
+        r = ref(k)
+        p = cgutils.alloca_once_value(b, r)
+        with b.if_then(cmp(">=", off, 0)):
+            b.store(e.at(r, off), p)
+        p = b.load(p)
+        with b.if_then(cmp("!=", b.srem(p, check(k, OPERAND.ALIGN)), 0)):
+            e.leave(MISALIGNED)
+        b.store(p, b.gep(ptrs, [k]))
+    fl = word(META.FLAGS_OFF)
+    with b.if_then(cmp(">=", fl, 0)):
+        with b.if_then(cmp("==", b.and_(e.at(ref(_c(0)), fl, _LL32), _c(WRITEABLE)), 0)):
+            e.leave(READ_ONLY)
+    with b.if_then(cmp("!=", word(META.CHECK), 0)):
+        po = b.load(ptrs)
+        o_lo = b.add(po, check(_c(0), OPERAND.LO))
+        o_hi = b.add(po, check(_c(0), OPERAND.HI))
+        with cgutils.for_range(b, nops, start=_c(1)) as loop:
+            k = loop.index
+            p = b.load(b.gep(ptrs, [k]))
+            meet = b.and_(cmp("<", b.add(p, check(k, OPERAND.LO)), o_hi),
+                          cmp("<", o_lo, b.add(p, check(k, OPERAND.HI))))
+            alias = b.and_(cmp("==", p, po), cmp("!=", check(k, OPERAND.SAME), 0))
+            with b.if_then(b.and_(meet, b.not_(alias))):
+                e.leave(OVERLAP)
+    e.leave(OK)
+
+
 @intrinsic
 def resolve(typingctx, oo, ox, oy, pmeta):
-    """(status, out, x, y data addresses): the checks every launch makes before writing.
-
-    Written as LLVM IR (:class:`_Emit`) rather than as a compiled Python helper: Numba took
-    0.4-0.8 s to type and compile the two helpers this replaces, most of the drivers' compile,
-    which the very first call on an empty cache waits for.
-    """
+    """``(status, out, x, y data addresses)``: :func:`emit_checks` for a built-in launch.
+    LLVM IR rather than a compiled helper: typing one cost 0.4-0.8 s of the first compile."""
     sig = types.UniTuple(_I64, 4)(_I64, _I64, _I64, _I64)
 
     def codegen(context, builder, signature, args):
-        oo, ox, oy, pmeta = args
-        e = _Emit(builder, pmeta)
-        b, word, cmp = builder, e.word, e.cmp
-        h = word(M_HEADERS)
-        # objects passed by identity (dispatch's memo): first, are they the arrays?
-        with b.if_then(cmp(">=", h, 0)):
-            ok = cgutils.alloca_once_value(b, ir.Constant(ir.IntType(1), 1))
-            k = cgutils.alloca_once_value(b, b.add(h, _c(5)))
-            for obj in (oo, ox, oy):
-                with b.if_then(b.load(ok)):
-                    good, nxt = e.header_is(obj, h, b.load(k))
-                    b.store(good, ok)
-                    b.store(nxt, k)
-            with b.if_then(b.not_(b.load(ok))):
-                e.leave(MISMATCH)
-        off = word(M_DATA_OFF)
-        ptrs = [cgutils.alloca_once_value(b, o) for o in (oo, ox, oy)]
-        with b.if_then(cmp(">=", off, 0)):  # read the data pointers from the objects
-            for slot, o in zip(ptrs, (oo, ox, oy)):
-                b.store(e.at(o, off), slot)
-        po, px, py = (b.load(p) for p in ptrs)
-        found = (po, px, py)
-        misaligned = b.or_(b.or_(cmp("!=", b.srem(po, word(M_ALIGN)), 0),
-                                 cmp("!=", b.srem(px, word(M_ALIGN + 1)), 0)),
-                           cmp("!=", b.srem(py, word(M_ALIGN + 2)), 0))
-        with b.if_then(misaligned):
-            e.leave(MISALIGNED, found)
-        # out= made read-only since the call was planned (the fast path does not ask Python)
-        fl = word(M_FLAGS_OFF)
-        with b.if_then(cmp(">=", fl, 0)):
-            with b.if_then(cmp("==", b.and_(e.at(oo, fl, _LL32), _c(WRITEABLE)), 0)):
-                e.leave(READ_ONLY, found)
-        # NumPy's answer for overlapping operands is the one computed from the inputs as they
-        # were: an exact alias (same pointer, shape and strides) runs in place, since each
-        # element is read before it is written; any other overlap must read from a copy.
-        with b.if_then(cmp("!=", word(M_CHECK), 0)):
-            o_lo, o_hi = b.add(po, word(M_LO)), b.add(po, word(M_HI))
-            for j, p, same in ((1, px, M_SAME_X), (2, py, M_SAME_Y)):
-                # byte extents [p + lo, p + hi) of out and this input intersect
-                meet = b.and_(cmp("<", o_lo, b.add(p, word(M_HI + j))),
-                              cmp("<", b.add(p, word(M_LO + j)), o_hi))
-                alias = b.and_(cmp("==", po, p), cmp("!=", word(same), 0))
-                with b.if_then(b.and_(meet, b.not_(alias))):
-                    e.leave(OVERLAP, found)
-        e.leave(OK, found)
+        b = builder
+        e = _Emit(b, args[3])
+        refs = cgutils.alloca_once(b, _LL64, size=NOPS)
+        ptrs = cgutils.alloca_once(b, _LL64, size=NOPS)
+        for k, obj in enumerate(args[:3]):
+            b.store(obj, b.gep(refs, [_c(k)]))
+        emit_checks(e, _c(NOPS), lambda k: b.load(b.gep(refs, [k])), ptrs)
         b.position_at_end(e.done)
-        return context.make_tuple(b, signature.return_type, [b.load(s) for s in e.slots])
+        found = [b.load(e.status)] + [b.load(b.gep(ptrs, [_c(k)])) for k in range(NOPS)]
+        return context.make_tuple(b, signature.return_type, found)
 
     return sig, codegen
 
@@ -947,7 +898,7 @@ def _drive(task, oo, ox, oy, pmeta):
     meta = as_pointer(pmeta, _I64)
     fp = job_flags(stack_words())  # on this frame, which outlives every task
     failed = 0
-    for t in prange(meta[M_NTASKS]):
+    for t in prange(meta[META.NTASKS]):
         failed += note_flags(fp, _call_task(task, po, px, py, pmeta, t))
     return finish(failed, pool.load(fp, 0))
 
@@ -998,52 +949,59 @@ def renamed(fn, name: str):
     return new
 
 
-_kernel_parallel = njit(parallel=True, **ENTRY)(renamed(_drive, "_kernel_parallel"))
-_kernel_serial = driver(renamed(_drive, "_kernel_serial"))
+def driver_table(drive, pooled, name: str, **more) -> dict:
+    """A kernel family's drivers: ``drive`` (the checks, then every task under ``prange``)
+    compiled with ``parallel=True`` and serially, and ``pooled`` (the checks, then the tasks
+    on jitops' own pool, jitops.cpu.pool); with ``more`` entries, each cached on disk."""
+    table = {"parallel": njit(parallel=True, **ENTRY)(renamed(drive, f"_{name}_parallel")),
+             "serial": driver(renamed(drive, f"_{name}_serial")),
+             "pooled": driver(renamed(pooled, f"_{name}_pooled")), **more}
+    for k in table.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
+        cache.enable(k)
+    return table
 
 
-@driver
-def _kernel_pooled(task, oo, ox, oy, pmeta, ctl, workers):
-    """The checks of :func:`_drive`, then the tasks on jitops' own thread pool
-    (jitops.cpu.pool): this thread and ``workers`` pool workers."""
+def _pooled(task, oo, ox, oy, pmeta, ctl, workers):
+    """The checks of :func:`_drive`, then the tasks on the pool: this thread and ``workers``
+    pool workers."""
     status, po, px, py = resolve(oo, ox, oy, pmeta)
     if status != OK:
         return status
     meta = as_pointer(pmeta, _I64)
     return finish_job(pool.run_job(ctl, workers, pool.KIND_BINARY, task, po, px, py, pmeta,
-                                   meta[M_NTASKS], meta[M_VARIANT] != V_TILED))
+                                   meta[META.NTASKS], meta[META.VARIANT] != V_TILED))
 
 
-KERNELS = {"parallel": _kernel_parallel, "serial": _kernel_serial, "pooled": _kernel_pooled,
-           "task": _task}
-for _k in KERNELS.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
-    cache.enable(_k)
+KERNELS = driver_table(_drive, _pooled, "kernel", task=_task)
+
+
+def compiled_address(task, spec, cache_of: dict, nargs: int, builtin: bool = True) -> int:
+    """Address of ``task`` compiled for ``spec`` and ``nargs`` int64 arguments (compiled, or
+    loaded from disk, once per process; remembered in ``cache_of``)."""
+    addr = cache_of.get(spec)
+    if addr is None:
+        sig = (spec.numba_type,) + (types.int64,) * nargs
+        registries.compile_with(lambda: task.compile(sig), builtin=builtin)
+        cres = task.overloads[sig]
+        addr = cache_of[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+    return addr
+
 
 _TASKS: dict = {}
 
 
 def task_address(spec) -> int:
-    """Address of ``_task`` compiled for ``spec`` (compiled, or loaded from disk, once)."""
-    addr = _TASKS.get(spec)
-    if addr is None:
-        sig = (spec.numba_type,) + (types.int64,) * 5
-        registries.compile_with(lambda: _task.compile(sig))
-        cres = _task.overloads[sig]
-        addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
-    return addr
+    """Address of ``_task`` compiled for ``spec``."""
+    return compiled_address(_task, spec, _TASKS, 5)
 
 
 def task_geometry(plan: Plan, block: int | None = None, tile: tuple[int, int] | None = None,
                   threads: int | None = None) -> tuple[int, ...]:
-    """How a plan's iteration space is cut into tasks (every kernel family uses this):
-    ``(block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, shift)``;
-    ``threads`` is the count the tasks are balanced for (default: what a call from here would
-    use).
-
-    Tiled, a dim longer than its tile gets one band of tiles more than it needs, so that its
-    tile edges can move onto the operands' cache lines (``shift``: bit 0 rows, bit 1 columns;
-    :func:`tile_shifts`, at run time, from the data pointers); with the edges unmoved, the
-    last band is empty."""
+    """How a plan's space is cut into tasks, for every kernel family: ``(block, ntasks,
+    rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, shift)``, balanced for ``threads``
+    (default: what a call from here would use). Tiled, a dim longer than its tile gets a spare
+    band so that its edges can move onto cache lines (``shift`` bits; :func:`tile_shifts`).
+    """
     given = block is not None
     nthreads = 1
     if block is None:
@@ -1110,28 +1068,13 @@ def read_in_full(plan: Plan) -> list[bool]:
 
 def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
                   staged_tiles: bool = False) -> bool:
-    """Whether a call writes its output with non-temporal stores (jitops.cpu.stream).
-
-    Where the data it moves -- the output and every input read in full (no broadcast dim) --
-    is at least ``config.STREAM_BYTES`` (the last-level cache): measured, streaming gains
-    1.15-1.45x there (1e7 ``x - y``, ``x - 3.0``, pdpd and row broadcasts), and 1.05-1.35x
-    where both inputs are broadcast (the outer difference ``X(4096, 1) - Y(1, 4096)``, which
-    only writes: four paired runs, 1.05-1.28x PyTorch streamed against 0.94-0.97x; an early
-    version of the streaming loop had measured it 15% slower, and so did a later phase: such
-    write-only launches time both kinds of store on their first calls and keep the faster,
-    jitops.cpu.backend.StoreChoice); a cache-resident output is better left in the cache for
-    its reader.
-    Rows must be unit-stride and the dtype one the vectoriser stores as whole vectors (not
-    complex, whose elements are pairs); x86-64 only.
-
-    ``staged_tiles``: the caller's tiled tasks stage an input that runs across the tile's
-    rows into a contiguous stack tile (the built-in kernels' :func:`stage_tiles`, the user
-    ops' first ``jitops.cpu.nary.STAGED_INPUTS`` inputs), so such an input counts as
-    unit-stride. Each tile row of out
-    is then a contiguous run of ``TILE_J`` elements, streamed like any row: measured on
-    4096^2 ``X.T - Y``, out= (one process each way, alternated): float32 21.4-24.4 ms
-    against 24.4-27.9 ms with ordinary stores, float64 41-43 against 46-48, int16 9.8-12.0
-    against 12.2-12.5, float16 13-15 against 16-17.
+    """Whether a call writes its output with non-temporal stores (jitops.cpu.stream): where the
+    data it moves -- the output and every input read in full -- is at least
+    ``config.STREAM_BYTES`` (the last-level cache; a cache-resident output is better left there
+    for its reader), its rows are unit-stride and its dtype not complex; x86-64 only. A
+    write-only launch (every input broadcast) then times both stores (backend.StoreChoice).
+    ``staged_tiles``: the caller's tiled tasks stage an input running across the rows into a
+    stack tile (:func:`stage_tiles`, nary.STAGED_INPUTS), so that input counts as unit-stride.
     """
     rows = plan.iter_strides
     tiled = plan.variant == TILED
@@ -1156,44 +1099,48 @@ def runs_parallel(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...]) -> bo
     return plan.size >= config.parallel_size(bytes_per_element(plan, out, inputs))
 
 
-def build_meta(plan: Plan, alignments=(1, 1, 1), extents=None, same=(False, False),
-               data_offset: int | None = None, block: int | None = None,
-               tile: tuple[int, int] | None = None, threads: int | None = None
-               ) -> np.ndarray:
-    """The int64 ``meta`` array a kernel reads: plan geometry, task decomposition and checks.
+def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=None,
+               same: tuple[bool, ...] | None = None, data_offset: int | None = None,
+               block: int | None = None, tile: tuple[int, int] | None = None,
+               threads: int | None = None) -> np.ndarray:
+    """The int64 meta of a launch of ``plan`` (jitops.cpu.layout.META), for either kernel
+    family, its tasks balanced for ``threads`` (default: what a call from here would use).
 
-    ``extents`` are the byte extents of (out, x, y) when ``out=`` was given and overlap must be
-    checked, else None. ``same`` says whether x, y have out's exact shape and strides.
-    ``data_offset`` defaults to :data:`DATA_OFFSET` (pass -1 to hand the kernel data addresses).
+    Per operand, out first: ``alignments`` of the data pointers, ``same`` (the operand is
+    out's exact view), ``extents`` (byte extents, given where ``out=`` must be checked for
+    overlap, else None). ``data_offset`` defaults to :data:`DATA_OFFSET` (-1: the kernel is
+    handed data addresses, and does not read the flags).
     """
     block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj, shift = task_geometry(
         plan, block, tile, threads)
     shape = plan.iter_shape
-    check = extents is not None
-    lo = [e[0] for e in extents] if check else [0, 0, 0]
-    hi = [e[1] for e in extents] if check else [0, 0, 0]
-    head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            *plan.iter_offsets, DATA_OFFSET if data_offset is None else data_offset,
-            *alignments, int(check), *lo, *hi, int(same[0]), int(same[1]), ti, tj, nti, ntj,
-            FLAGS_OFFSET if data_offset is None else -1, -1, shift]
-    assert len(head) == HDR
-    return np.array(head + list(shape) + [s for st in plan.iter_strides for s in st], np.int64)
+    nops = len(plan.iter_strides)
+    off = DATA_OFFSET if data_offset is None else data_offset
+    head = layout.fill(META, ND=len(shape), VARIANT=VARIANT_CODES[plan.variant], BLOCK=block,
+                       NTASKS=ntasks, ROWS_PER_TASK=rows_per_task, NBLK=nblk, ROWS=rows,
+                       TILE_I=ti, TILE_J=tj, NTI=nti, NTJ=ntj, NOPS=nops, DATA_OFF=off,
+                       FLAGS_OFF=FLAGS_OFFSET if off >= 0 else -1,
+                       CHECK=int(extents is not None), SHIFT=shift, HEADERS=-1)
+    checks = []
+    for k in range(nops):
+        lo, hi = extents[k] if extents is not None else (0, 0)
+        checks += layout.fill(OPERAND, ALIGN=alignments[k] if alignments else 1, LO=lo, HI=hi,
+                              SAME=int(same[k]) if same else 0)
+    return np.array(head + list(plan.iter_offsets) + list(shape)
+                    + [s for st in plan.iter_strides for s in st] + checks, np.int64)
 
 
 def header_checks(meta: np.ndarray, arrays) -> np.ndarray | None:
-    """``meta`` with header checks for ``arrays`` (out, x, y) appended: the kernel then takes
-    the operands by identity only if each object is an ndarray of exactly this type, dtype
-    object, shape and strides (else MISMATCH, nothing written). None where the layout of the
-    ndarray object is not verified (:data:`HEADER_OFFSETS`).
-
-    The dtype objects are compared by address: the caller must keep them alive as long as it
-    uses the result (an address reused by another dtype would pass).
+    """``meta`` with header checks for ``arrays`` (out, x, y) appended: the kernel then takes the
+    operands by identity only if each is an ndarray of exactly this type, dtype object, shape and
+    strides (else MISMATCH). None where the ndarray layout is not verified. The dtypes are
+    compared by address: keep them alive as long as the result.
     """
-    if HEADER_OFFSETS is None or meta[M_DATA_OFF] < 0:
+    if HEADER_OFFSETS is None or meta[META.DATA_OFF] < 0:
         return None
     block = list(HEADER_OFFSETS)
     for a in arrays:
         block += [id(type(a)), id(a.dtype), a.ndim, *a.shape, *a.strides]
     out = np.concatenate([meta, np.array(block, np.int64)])
-    out[M_HEADERS] = len(meta)
+    out[META.HEADERS] = len(meta)
     return out

@@ -1,28 +1,14 @@
 """A process's life around jitops: forks by any means, and compiles that interrupts never cut.
 
-Forks. Each module that keeps per-process state (the pool, the thread count, the recycled
-buffers, the compile state) registers what a child must reset with :func:`at_fork_in_child`.
-``os.fork`` runs those hooks (``os.register_at_fork``); a fork made by C code (libc's
-``fork()``) runs none, so :func:`check_pid` -- asked before a job goes to a thread pool or a
-team and before a compile -- compares ``os.getpid()`` (0.2 us) with the pid the hooks last
-saw and runs them itself where they differ.
-
-Compiles. Numba's compiler does not survive an exception raised inside it (a signal
-handler's ``KeyboardInterrupt`` between two of its bytecodes can leave its registries half
-written, or free a module twice), and its compiler lock, inherited held by a child forked
-while another thread compiles, would never open there. So jitops enters the compiler as
-``with compiler_lock(), signals_held(), collector_paused():`` -- Numba's lock taken as a
-C-level ``with`` (released whatever exception arrives; the wait for another thread's compile
-stays interruptible), then every Python-level signal handler of the main thread held back
-until the compile is over and raised again right after (a Ctrl-C is delayed by at most the
-one compile), and the cyclic garbage collector paused, so that no ``__del__`` calls jitops
-from inside the compiler.
-Around every ``os.fork`` that lock and llvmlite's (taken by any thread around each call
-into LLVM) are taken, as CPython takes its import lock, so no child starts with one held by
-a thread it does not have. A child of libc's ``fork()`` that finds llvmlite's lock held by
-another thread gets a fresh one; one that finds Numba's held was forked in the middle of a
-compile, whose half-written state no lock can repair: its compiles raise a RuntimeError
-that says so (never a hang), and what was compiled before the fork runs.
+Forks: each module with per-process state registers a child's reset (:func:`at_fork_in_child`);
+``os.fork`` runs them, and :func:`check_pid` runs them where C code forked (asked before a
+job or a compile). Around every ``os.fork`` Numba's compiler lock and llvmlite's lock are
+taken, so no child starts with one held by a thread it lacks; a child of libc's ``fork()``
+finding llvmlite's held gets a fresh one, and one forked mid-compile raises a RuntimeError on
+its next compile (never a hang). Compiles: ``with compiler_lock(), signals_held(),
+collector_paused():`` -- Numba's lock as a C-level ``with``, the main thread's signal handlers
+held until the compile ends (Numba does not survive an exception inside it), and the cyclic
+collector paused, so that no ``__del__`` calls jitops from inside the compiler.
 """
 
 from __future__ import annotations
@@ -193,17 +179,9 @@ def _release_signals(d: _Deferred | None) -> None:
 
 
 def compiler_lock():
-    """Numba's compiler lock, for a ``with`` statement of the caller's own: the reentrant
-    lock inside it where there is one (a C-level ``with``: taken and released whatever
-    exception arrives, and the wait for another thread's compile stays interruptible), else
-    Numba's object.
-
-    Raises
-    ------
-    RuntimeError
-        In a child forked by C code (libc's ``fork()``) while another thread of the parent
-        was compiling (:func:`check_pid` finds out): Numba's compiler state is incomplete
-        there.
+    """Numba's compiler lock for the caller's ``with``: the reentrant lock inside it where there is
+    one (a C-level ``with``, released whatever exception arrives), else Numba's object. Raises
+    RuntimeError in a child forked by C code mid-compile (:func:`check_pid`).
     """
     check_pid()
     if _compiler_orphaned[0]:

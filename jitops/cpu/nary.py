@@ -1,53 +1,17 @@
 """CPU kernels of N inputs: a user op's scalar function (``jitops.elementwise``) over the plan.
 
-The same structure as the built-in binary kernels (jitops.cpu.kernels), for any number of
-inputs: the iteration space is cut into the same tasks (:func:`~jitops.cpu.kernels.
-task_geometry`: blocks of one long row, runs of short rows, or 2-d tiles for operands that
-disagree on layout), a serial and a parallel driver run them, and a task's failure (an
-exception inside the user's function) reaches the caller as a status, never as an unwritten
-element.
+The built-in kernels' structure (jitops.cpu.kernels) for any arity: the same tasks, meta
+(jitops.cpu.layout.META), checks and driver table. A row runs ``contig`` (out unit-stride,
+each input unit-stride or constant: a constant input is staged into a stack buffer, so one
+vectorised loop serves every broadcast mix) or ``strided``; in a tile the first
+:data:`STAGED_INPUTS` inputs running across the rows are staged as the built-ins stage theirs.
 
-Each row runs one of two loops (:func:`user_rows`, LLVM IR around one call of the spec's
-element function -- the user's function between the loads and the store):
-
-* ``contig`` -- ``out`` unit-stride and every input unit-stride or constant along the row
-  (the common broadcasts: ``x * w + b`` with ``w``, ``b`` per channel). A constant input is
-  read once per row into a small buffer on the task's stack, so the loop body reads every
-  input the same way and LLVM vectorises it whatever the mix of broadcast inputs (one
-  compiled loop instead of one per pattern);
-* ``strided`` -- anything else.
-
-In a tile (``X.T * w + b``), each of the first :data:`STAGED_INPUTS` inputs that runs across
-the tile's rows is first copied into a stack tile, read down its contiguous direction in 8 x 8
-blocks as the built-in kernels do (:func:`~jitops.cpu.kernels._stage`); the tile's rows then
-read it contiguously and run the ``contig`` loop (4096^2 float32 ``X.T * Y - Y``: 11-12 ms
-against 31-33 ms read at the strides, with non-temporal stores for the rows).
-
-A :class:`UserSpec` (the function, the inputs' dtypes, the compute and result dtypes) is the
-one argument that specialises the module-level ``_utask``, as ``KernelSpec`` does for the
-built-ins: its Numba type's *name* is stable across processes for a module-level function
-(qualified name and a hash of its source file), so the on-disk cache finds it in a new
-process. Functions that cannot be found again by name (lambdas, closures, functions typed
-into a notebook) compile per process into ``_utask_local``, which is never cached on disk, so
-the cache cannot grow by one entry per process.
-
-The drivers take three integers: the address of ``_utask`` compiled for one spec, an int64
-array of the operands (out first) and the int64 ``meta`` array. Arrays are given as the
-built-in kernels get them: the array object's address where the kernel reads the data pointer
-from the object (kernels.DATA_OFFSET), else the data address. ``meta``::
-
-    [nd, variant, block, ntasks, rows_per_task, nblk, rows, tile_i, tile_j, nti, ntj, nops,
-     data offset, flags offset, check overlap, tile shift bits,
-     start offsets (nops), shape (nd), strides (nops x nd, out first),
-     per operand: alignment, byte extent lo, hi, same view as out (nops x 4)]
-
-Before any task runs, the driver resolves the data addresses into its own stack and makes the
-checks a repeat of a call must make (alignment; out writeable; with ``out=``, overlap with an
-input other than out itself), returning a status without writing when one fails, as the
-built-in drivers do (kernels.resolve): the fast path hands it the caller's arrays.
-
-A spec with ``stream`` (kernels.should_stream decides) writes the unit-stride rows of out with
-non-temporal stores, as the built-in kernels do (jitops.cpu.stream).
+A :class:`UserSpec` (the function, the inputs', compute and result dtypes) specialises
+``_utask``; its Numba type's name is stable across processes for a module-level function, so
+the disk cache finds it again. Functions that cannot be found by name (lambdas, closures,
+notebook cells) compile per process into ``_utask_local``, never cached on disk. The drivers
+take the task's address, an int64 array of the operands (out first; objects or data
+addresses, as the built-ins') and the meta's address.
 """
 
 from __future__ import annotations
@@ -58,7 +22,7 @@ import os
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, prange, types
+from numba import prange, types
 from numba.core import cgutils
 from numba.extending import (
     NativeValue,
@@ -70,29 +34,23 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from ..core.plan import Plan
 from . import cache, pool, registries
 from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
-from .jit import ENTRY, driver, inner, wrapper
+from .jit import inner, wrapper
 from .kernels import (
-    _LL32,
     _LL64,
-    DATA_OFFSET,
-    FLAGS_OFFSET,
     MAX_DIMS,
-    MISALIGNED,
     OK,
-    OVERLAP,
-    READ_ONLY,
     TILE_MAX,
     V_TILED,
-    VARIANT_CODES,
-    WRITEABLE,
     _c,
     _Emit,
     _emit_loop,
     _smin,
     _stage,
+    compiled_address,
+    driver_table,
+    emit_checks,
     emit_chunked_stores,
     emit_load_word,
     emit_odometer_step,
@@ -107,8 +65,8 @@ from .kernels import (
     renamed,
     stack_words,
     staged,
-    task_geometry,
 )
+from .layout import META
 from .spec import address_of, as_pointer, load_word, storage, to_bool_byte
 from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head
 
@@ -126,13 +84,6 @@ assert BUFFER % STREAM_ALIGN == 0
 #: Inputs of a user op (the first ones) a tiled task may stage: each has a stack tile of
 #: ``TILE_MAX`` elements, so a task's stack stays bounded whatever the op's arity.
 STAGED_INPUTS = 4
-
-# meta header (int64)
-U_ND, U_VARIANT, U_BLOCK, U_NTASKS, U_ROWS_PER_TASK, U_NBLK, U_ROWS = 0, 1, 2, 3, 4, 5, 6
-U_TILE_I, U_TILE_J, U_NTI, U_NTJ, U_NOPS = 7, 8, 9, 10, 11
-U_DATA_OFF, U_FLAGS_OFF, U_CHECK, U_SHIFT = 12, 13, 14, 15
-U_HDR = 16
-
 
 class UserSpecType(types.Dummy):
     """Numba type of a :class:`UserSpec`; all information is in its (stable) name.
@@ -167,13 +118,9 @@ _FUNCTIONS: dict[str, object] = {}
 
 
 def function_key(fn) -> tuple[str, bool]:
-    """(key, cacheable): a name that finds ``fn`` again in another process, or a
-    process-local one.
-
-    A module-level function of a source file is named by its module, qualified name and a
-    hash of that file (Numba's own cache is invalidated by the file's stamp the same way);
-    anything else -- a lambda, a closure, a function defined in a notebook cell or ``exec``
-    -- by its identity in this process only.
+    """(key, cacheable): a module-level function is named by module, qualified name and a hash of
+    its file (found again in another process); a lambda, closure or notebook function by its
+    identity in this process only.
     """
     qual = getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
     module = getattr(fn, "__module__", None) or "?"
@@ -318,13 +265,9 @@ _RETURNS: dict[tuple[str, str], str] | None = None
 
 
 def cached_return(key: str, compute: np.dtype) -> np.dtype | None:
-    """The dtype function ``key`` returns for ``compute`` inputs, as recorded with a task in
-    the disk cache by an earlier process, or None.
-
-    Learning it otherwise means compiling the function (and, in a new process, loading all of
-    Numba's registries first): most of the first call of a cached user op. The key names the
-    function's source file by its hash and the index is dropped with any change of Numba or
-    jitops, so a recorded dtype is the one Numba's typing gives now.
+    """The dtype function ``key`` returns for ``compute`` inputs, as recorded with a task in the
+    disk cache by an earlier process (else learning it means compiling), or None. The key hashes the
+    source and the index drops with any change of Numba or jitops.
     """
     global _RETURNS
     if _RETURNS is None:
@@ -341,8 +284,8 @@ def _walker(builder, meta, nops):
     """An emitter over ``meta`` (an int64 pointer) with ``stride(k, d)``: operand ``k``'s
     element stride along dim ``d`` (0 is out), for ``nops`` operands."""
     e = _Emit(builder, meta)
-    nd = e.word(U_ND)
-    base = builder.add(_c(U_HDR + nops), nd)
+    nd = e.word(META.ND)
+    base = builder.add(_c(META.SIZE + nops), nd)
 
     def stride(k, d):
         return e.word(builder.add(base, builder.add(builder.mul(_c(k), nd), d)))
@@ -351,34 +294,30 @@ def _walker(builder, meta, nops):
 
 
 def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, out, out_size, runs):
-    """LLVM IR: set ``offs`` to every operand's offset at the start of task ``t`` and the
-    odometer ``idx`` to its first row; returns (rows, row length, rows-walk-one-dim).
-
-    The same tasks as the built-in kernels, decoded by the same IR
-    (:func:`jitops.cpu.kernels.emit_task_span`), for ``n_ops`` operands (the loops over them
-    unrolled here); tiled, with the tile edges moved onto the cache lines of ``out`` (its
-    data pointer and element size) and of the first input 1, 2, ... of ``runs`` (each
-    ``(pointer, size, staged from unit-stride runs: an i1)``) that runs down the rows
-    (:func:`jitops.cpu.kernels.tile_shifts`)."""
+    """LLVM IR: every operand's offset at the start of task ``t`` into ``offs`` and the odometer
+    ``idx`` at its first row; returns (rows, row length, rows-walk-one-dim). The built-ins'
+    tasks (:func:`jitops.cpu.kernels.emit_task_span`), tile edges moved onto the lines of out and
+    of the first input of ``runs`` (``(pointer, size, runs down the rows: i1)``) that runs down.
+    """
     e, nd, stride = _walker(b, meta_p, n_ops)
     word, cmp = e.word, e.cmp
-    sh = U_HDR + n_ops
-    tiled = cmp("==", word(U_VARIANT), V_TILED)
+    sh = META.SIZE + n_ops
+    tiled = cmp("==", word(META.VARIANT), V_TILED)
     dim_j = word(b.add(_c(sh - 1), nd))
     two = b.select(cmp(">", nd, 2), b.sub(nd, _c(2)), _c(0))
     dim_i = word(b.add(_c(sh), two))
     last = b.sub(nd, _c(1))
     si, sj = emit_tile_shifts(
-        b, b.select(tiled, word(U_SHIFT), _c(0)), word(U_TILE_I), word(U_TILE_J),
-        (out, word(U_HDR), out_size, stride(0, last)),
-        [(q, word(U_HDR + k), size, yes) for k, (q, size, yes) in enumerate(runs, 1)])
-    span = emit_task_span(b, t, tiled, word(U_NTI), word(U_NTJ), word(U_TILE_I),
-                          word(U_TILE_J), dim_i, dim_j, word(U_NBLK), word(U_BLOCK),
-                          word(U_ROWS_PER_TASK), word(U_ROWS), si, sj)
+        b, b.select(tiled, word(META.SHIFT), _c(0)), word(META.TILE_I), word(META.TILE_J),
+        (out, word(META.SIZE), out_size, stride(0, last)),
+        [(q, word(META.SIZE + k), size, yes) for k, (q, size, yes) in enumerate(runs, 1)])
+    span = emit_task_span(b, t, tiled, word(META.NTI), word(META.NTJ), word(META.TILE_I),
+                          word(META.TILE_J), dim_i, dim_j, word(META.NBLK), word(META.BLOCK),
+                          word(META.ROWS_PER_TASK), word(META.ROWS), si, sj)
     r, i0, j0, nrows, n = span
     for k in range(n_ops):
         at = b.gep(offs_p, [_c(k)])
-        b.store(b.add(word(U_HDR + k), b.mul(j0, stride(k, last))), at)
+        b.store(b.add(word(META.SIZE + k), b.mul(j0, stride(k, last))), at)
     with b.if_then(tiled):
         for k in range(n_ops):
             at = b.gep(offs_p, [_c(k)])
@@ -406,7 +345,7 @@ def _emit_next_row(b, meta_p, offs_p, idx_p, walk, n_ops):
         for slot, st in zip(slots, strides(b.sub(nd, _c(2)))):
             b.store(b.add(b.load(slot), st), slot)
         b.branch(done)
-    emit_odometer_step(b, nd, lambda d: e.word(b.add(_c(U_HDR + n_ops), d)), strides,
+    emit_odometer_step(b, nd, lambda d: e.word(b.add(_c(META.SIZE + n_ops), d)), strides,
                        slots, idx_p, done)
     b.position_at_end(done)
 
@@ -472,18 +411,11 @@ def _element_of(spec: UserSpecType):
 
 @intrinsic
 def user_rows(typingctx, spec, pptrs, pmeta, t):
-    """Every row of task ``t`` of a user op; returns 0 (an exception in the user's function
-    returns its error status instead, through Numba's calling convention).
-
-    Each row runs one of the module's two loops. ``contig`` runs in chunks of at most
-    ``BUFFER`` elements (the whole row where no input is constant), the chunks cut at the
-    streaming head where the spec streams (:func:`~jitops.cpu.kernels.emit_chunked_stores`);
-    ``strided`` runs element by element at the strides.
-
-    LLVM IR around one call of the spec's element function (the user's function between the
-    loads and the store, a small compiled function typed here and linked in): generated as
-    Python source, the task cost 0.35-0.45 s of Numba typing and lowering that every new
-    user op (and every new dtype of one) waited for.
+    """Every row of task ``t`` of a user op; returns 0, or the error status of an exception in the
+    user's function. ``contig`` rows run in chunks of at most ``BUFFER`` elements, cut at the
+    streaming head (:func:`~jitops.cpu.kernels.emit_chunked_stores`); ``strided`` rows element
+    by element. LLVM IR around one call of the spec's element function (generated as Python
+    source, the task cost 0.35-0.45 s of every new user op's compile).
     """
     if not isinstance(spec, UserSpecType):
         return None
@@ -540,7 +472,7 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                 for k in range(1, n_staged + 1)]
         nrows, n, walk = _emit_first_row(b, meta, t, offs, idx, nops, p[0],
                                          context.get_abi_sizeof(data[0]), runs)
-        tiled = eq(e.word(U_VARIANT), V_TILED)
+        tiled = eq(e.word(META.VARIANT), V_TILED)
         on = [None]  # per input: whether this task stages it (an i1)
         for k in range(1, nops):
             if k > n_staged:
@@ -631,60 +563,25 @@ _call_utask = pool.call_nary
 
 @intrinsic
 def uresolve(typingctx, prefs, pmeta, ptrs):
-    """The operands' data addresses into ``ptrs``, and the checks every launch makes before
-    writing (see the module docstring); a status. LLVM IR, as the built-in drivers' checks
-    are (:func:`jitops.cpu.kernels.resolve`): a compiled Python helper cost 0.2-0.3 s of a
-    new user op's first compile."""
+    """The operands' data addresses into ``ptrs`` and the checks every launch makes before
+    writing (:func:`jitops.cpu.kernels.emit_checks`); a status. ``prefs`` is the operands'
+    int64 array, given as the operands are (its object, or its data address)."""
     if not isinstance(ptrs, types.CPointer):
         return None
     sig = _I64(_I64, _I64, ptrs)
 
     def codegen(context, builder, signature, args):
         prefs, pmeta, out_ptrs = args
-        e = _Emit(builder, pmeta)
-        b, word, cmp = builder, e.word, e.cmp
-        off = word(U_DATA_OFF)
-        # the operand array itself is given as the others are (the object, or its data)
+        b = builder
+        e = _Emit(b, pmeta)
         refs_at = cgutils.alloca_once_value(b, prefs)
-        with b.if_then(cmp(">=", off, 0)):
+        off = e.word(META.DATA_OFF)
+        with b.if_then(e.cmp(">=", off, 0)):
             b.store(e.at(prefs, off), refs_at)
         refs = b.inttoptr(b.load(refs_at), _LL64.as_pointer())
-        nops, nd = word(U_NOPS), word(U_ND)
-        # the per-operand check words: [align, lo, hi, same] after the strides
-        c = b.add(_c(U_HDR), b.add(nops, b.add(nd, b.mul(nops, nd))))
-
-        def check(k, j):  # meta[c + 4 k + j]
-            return word(b.add(c, b.add(b.mul(_c(4), k), _c(j))))
-
-        with cgutils.for_range(b, nops) as loop:
-            k = loop.index
-            ref = b.load(b.gep(refs, [k]))
-            p = cgutils.alloca_once_value(b, ref)
-            with b.if_then(cmp(">=", off, 0)):
-                b.store(e.at(ref, off), p)
-            p = b.load(p)
-            with b.if_then(cmp("!=", b.srem(p, check(k, 0)), 0)):
-                e.leave(MISALIGNED)
-            b.store(p, b.gep(out_ptrs, [k]))
-        fl = word(U_FLAGS_OFF)
-        with b.if_then(cmp(">=", fl, 0)):
-            flags = e.at(b.load(refs), fl, _LL32)
-            with b.if_then(cmp("==", b.and_(flags, _c(WRITEABLE)), 0)):
-                e.leave(READ_ONLY)
-        with b.if_then(cmp("!=", word(U_CHECK), 0)):
-            po = b.load(out_ptrs)
-            o_lo, o_hi = b.add(po, check(_c(0), 1)), b.add(po, check(_c(0), 2))
-            with cgutils.for_range(b, nops, start=_c(1)) as loop:
-                k = loop.index
-                p = b.load(b.gep(out_ptrs, [k]))
-                meet = b.and_(cmp("<", b.add(p, check(k, 1)), o_hi),
-                              cmp("<", o_lo, b.add(p, check(k, 2))))
-                alias = b.and_(cmp("==", p, po), cmp("!=", check(k, 3), 0))
-                with b.if_then(b.and_(meet, b.not_(alias))):
-                    e.leave(OVERLAP)
-        e.leave(OK)
+        emit_checks(e, e.word(META.NOPS), lambda k: b.load(b.gep(refs, [k])), out_ptrs)
         b.position_at_end(e.done)
-        return b.load(e.slots[0])
+        return b.load(e.status)
 
     return sig, codegen
 
@@ -700,19 +597,13 @@ def _udrive(task, prefs, pmeta):
     meta = as_pointer(pmeta, _I64)
     fp = job_flags(stack_words())  # on this frame, which outlives every task
     failed = 0
-    for t in prange(meta[U_NTASKS]):
+    for t in prange(meta[META.NTASKS]):
         failed += note_flags(fp, _call_utask(task, pptrs, pmeta, t))
     return finish(failed, pool.load(fp, 0))
 
 
-_ukernel_parallel = njit(parallel=True, **ENTRY)(renamed(_udrive, "_ukernel_parallel"))
-_ukernel_serial = driver(renamed(_udrive, "_ukernel_serial"))
-
-
-@driver
-def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
-    """The checks of :func:`_udrive`, then every task of a user op on jitops' own thread pool
-    (jitops.cpu.pool)."""
+def _upooled(task, prefs, pmeta, ctl, workers):
+    """The checks of :func:`_udrive`, then every task of a user op on the pool."""
     ptrs = stack_words()
     status = uresolve(prefs, pmeta, ptrs)
     if status != OK:
@@ -720,56 +611,16 @@ def _ukernel_pooled(task, prefs, pmeta, ctl, workers):
     pptrs = address_of(ptrs)
     meta = as_pointer(pmeta, _I64)
     return finish_job(pool.run_job(ctl, workers, pool.KIND_NARY, task, pptrs, pmeta,
-                                   pool.UNUSED, pool.UNUSED, meta[U_NTASKS],
-                                   meta[U_VARIANT] != V_TILED))
+                                   pool.UNUSED, pool.UNUSED, meta[META.NTASKS],
+                                   meta[META.VARIANT] != V_TILED))
 
 
-KERNELS = {"parallel": _ukernel_parallel, "serial": _ukernel_serial, "pooled": _ukernel_pooled}
-# the drivers and the cached task (the walk and the checks are intrinsics, compiled into them)
-for _k in (_ukernel_parallel, _ukernel_serial, _ukernel_pooled, _utask_cached):
-    cache.enable(_k)  # never _utask_local (per-process functions would grow the cache)
-
+# never _utask_local cached (per-process functions would grow the cache)
+KERNELS = driver_table(_udrive, _upooled, "ukernel", task=_utask_cached)
 _TASKS: dict = {}
 
 
 def task_address(spec: UserSpec) -> int:
-    """Address of the task compiled for ``spec`` (compiled, or loaded from disk, once)."""
-    addr = _TASKS.get(spec)
-    if addr is None:
-        task = _utask_cached if spec.cacheable else _utask_local
-        sig = (spec.numba_type,) + (_I64,) * 3
-        registries.compile_with(lambda: task.compile(sig), builtin=False)
-        cres = task.overloads[sig]
-        addr = _TASKS[spec] = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
-    return addr
-
-
-def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=None,
-               same: tuple[bool, ...] | None = None, data_offset: int | None = None,
-               threads: int | None = None) -> np.ndarray:
-    """The int64 ``meta`` array of a user-op kernel (layout in the module docstring), its
-    tasks balanced for ``threads`` (default: what a call from here would use).
-
-    ``alignments`` and ``same`` (whether each operand is out's exact view) are per operand,
-    out first; ``extents`` the operands' byte extents when ``out=`` was given and overlap
-    must be checked, else None. ``data_offset`` defaults to :data:`~jitops.cpu.kernels.
-    DATA_OFFSET` (pass -1 to hand the kernel data addresses).
-    """
-    block, ntasks, rows_per_task, nblk, rows, ti, tj, nti, ntj, shift = task_geometry(
-        plan, threads=threads)
-    shape = plan.iter_shape
-    nops = len(plan.iter_strides)
-    assert nops <= MAX_OPERANDS and len(shape) <= MAX_DIMS
-    alignments = alignments or (1,) * nops
-    same = same or (False,) * nops
-    off = DATA_OFFSET if data_offset is None else data_offset
-    head = [len(shape), VARIANT_CODES[plan.variant], block, ntasks, rows_per_task, nblk, rows,
-            ti, tj, nti, ntj, nops, off, FLAGS_OFFSET if off >= 0 else -1,
-            int(extents is not None), shift]
-    assert len(head) == U_HDR
-    checks = []
-    for k in range(nops):
-        lo, hi = extents[k] if extents is not None else (0, 0)
-        checks += [alignments[k], lo, hi, int(same[k])]
-    return np.array(head + list(plan.iter_offsets) + list(shape)
-                    + [s for st in plan.iter_strides for s in st] + checks, np.int64)
+    """Address of the task compiled for ``spec``."""
+    return compiled_address(_utask_cached if spec.cacheable else _utask_local, spec, _TASKS,
+                            3, builtin=False)

@@ -1,52 +1,19 @@
-"""Running parallel kernels safely, whatever else the process holds, without touching Numba's
-settings.
+"""How parallel kernels run, whatever else the process holds, and with how many threads; Numba's
+settings are never changed.
 
-On Linux, jitops runs its parallel kernels on its own thread pool (:mod:`jitops.cpu.pool`):
-Python threads running a compiled loop without the GIL, spinning briefly and then yielding
-after a job, sleeping on a futex when idle. It needs no threading layer, so none of Numba's
-hazards below apply: it survives fork (a child starts its own workers), any number of Python
-threads (one holds the pool, the others run their call serially), and PyTorch's or anyone's
-OpenMP runtime in the process (it is not OpenMP). Where PyTorch's GNU OpenMP runtime is loaded
-and known to be this process's own, the main thread's jobs run on PyTorch's team instead
-(:mod:`jitops.cpu.omp`), so that the two libraries' threads do not fight for the cores.
-:func:`threading_layer` then says ``"jitops"``, and Numba's layer is never started by jitops.
+On Linux, jobs run on jitops' own pool (:mod:`jitops.cpu.pool`): no threading layer, so it
+survives forks, many Python threads and anyone's OpenMP runtime; beside PyTorch's GNU OpenMP
+the main thread's jobs run on its team (:mod:`jitops.cpu.omp`). Elsewhere (or
+``JITOPS_POOL=0``) they run on Numba's layer, which jitops uses only where it is safe, decided
+once per process from what is loaded (:func:`parallel_allowed`): ``tbb`` always (pip's
+``libtbb`` is loaded so that Numba's own priority finds it); ``workqueue`` one launch at a
+time (two at once abort); ``omp`` only where jitops itself started the runtime in this process
+(a runtime inherited through a fork hangs or kills the child) -- else the serial kernels.
 
-Elsewhere (or with ``JITOPS_POOL=0``) jitops launches through Numba's threading layer, chosen
-by Numba at its first parallel launch from ``numba.config.THREADING_LAYER(_PRIORITY)``.
-Measured on these machines:
-
-* ``workqueue`` aborts the process when two Python threads launch a parallel kernel at once;
-* GNU ``omp`` kills (Numba's own guard) or hangs a forked child once an OpenMP runtime started
-  in the parent -- Numba's pool (which ``numba.get_num_threads()`` alone starts) or another
-  library's, such as the ``libgomp`` PyTorch wheels bundle;
-* ``tbb`` survives both.
-
-Numba's own default priority already puts ``tbb`` first; it only fails to find pip's TBB,
-whose ``libtbb.so.12`` lies under ``sys.prefix/lib`` where the dynamic loader does not look.
-So in that case jitops loads that library with ``RTLD_GLOBAL`` at import -- and changes
-nothing else: ``numba.config`` keeps the user's (or Numba's default) choice, for jitops and
-every other Numba user in the process.
-
-Whatever layer Numba ends up with (the user's ``NUMBA_THREADING_LAYER``, another library's
-earlier launch, a platform without TBB), jitops decides once per process, from what is
-actually loaded, how it may launch (:func:`parallel_allowed`, :func:`launch_parallel`):
-
-* ``tbb``: parallel kernels, concurrently from any thread, in any forked child;
-* ``workqueue``: parallel kernels, one launch at a time (a lock);
-* ``omp``: parallel kernels only when jitops itself started the OpenMP runtime in this very
-  process. If any OpenMP runtime was already loaded (it may have been started by a parent
-  before a fork: jitops cannot tell), or Numba's layer had already been started by someone
-  else, or the process forked after OpenMP loaded, the serial kernels run instead: slower,
-  never hung or killed.
-
-How many threads a kernel uses is jitops' own setting (SPEC 1.2), never Numba's process
-state: :func:`get_num_threads`, :func:`set_num_threads` (process-wide), ``with threads(n):``
-(this Python thread only, nestable), ``JITOPS_NUM_THREADS`` and ``OMP_NUM_THREADS``; the
-default is the CPUs this process may run on (its affinity, capped by a cgroup CPU quota), at
-most Numba's pool (``NUMBA_NUM_THREADS``). A launch on
-Numba's layer sets Numba's thread-local count for its own duration and restores it after, so
-other Numba users in the process see what they set. One thread means the serial kernels;
-``with serial():`` is ``threads(1)`` (Dask's chunk tasks).
+The thread count is jitops' own (:func:`get_num_threads`, :func:`set_num_threads`,
+``with threads(n):`` per Python thread, ``JITOPS_NUM_THREADS``, ``OMP_NUM_THREADS``; by
+default the CPUs this process may use, at most Numba's pool); a launch on Numba's layer sets
+Numba's thread-local count only for its own duration. One thread means the serial kernels.
 """
 
 from __future__ import annotations
@@ -146,10 +113,13 @@ def openmp_runtimes() -> list[str]:
 
 
 def _numba_layer_started() -> bool:
-    """Whether Numba's threading layer was already started (by anyone) in this process."""
+    """Whether Numba's threading layer was already started (by anyone) in this process
+    (taken as yes where the ``numba_layer`` hook is off)."""
+    if not hooks.ok("numba_layer"):
+        return True
     from numba.np.ufunc import parallel
 
-    return bool(getattr(parallel, "_is_initialized", False))
+    return bool(parallel._is_initialized)
 
 
 def configure() -> None:
@@ -465,15 +435,10 @@ _OMP_MAIN, _IMPORT_PID = omp._MAIN, omp._IMPORT_PID
 
 
 def launch(drivers: tuple, args: tuple, threads: int) -> int:
-    """Run a parallel job on ``threads`` threads (what :func:`num_threads` gave the caller);
-    returns its status. ``drivers`` is a family's compiled drivers for the job's signature:
-    ``(pooled, serial)`` on jitops' pool, ``(parallel, serial)`` on Numba's layer. Call only
-    where :func:`parallel_allowed` said yes.
-
-    On jitops' pool, a Python thread that finds the pool busy with another thread's job runs
-    its own call serially instead of waiting (threads never wait on each other, and the
-    cores are busy anyway); elsewhere Numba's layer runs it (:func:`launch_parallel`). One
-    frame, no helper calls on the way (see :func:`num_threads`).
+    """Run a parallel job on ``threads`` threads; returns its status. ``drivers``: a family's
+    ``(pooled, serial)`` on jitops' pool, ``(parallel, serial)`` on Numba's layer. On the pool,
+    a Python thread finding it busy runs its call serially instead of waiting. Call only where
+    :func:`parallel_allowed` said yes.
     """
     if not _POOL:
         return launch_parallel(drivers, args)
@@ -513,14 +478,10 @@ def launch(drivers: tuple, args: tuple, threads: int) -> int:
 
 
 def launch_parallel(drivers: tuple, args: tuple):
-    """Run a parallel kernel (``drivers[0]``) on :func:`get_num_threads` threads and return
-    its result, one launch at a time where the layer is not thread-safe (workqueue): a call
-    that finds that launch taken -- another thread's, or its own thread's that a signal
-    handler or a ``__del__`` interrupted -- runs ``drivers[1]``, the serial driver, instead.
-    Call only where :func:`parallel_allowed` said yes.
-
-    Numba's count is thread-local: it is set for this launch and put back after, so what a
-    user (or another library) gave ``numba.set_num_threads`` is what they find afterwards.
+    """Run ``drivers[0]`` on Numba's layer with :func:`get_num_threads` threads (Numba's
+    thread-local count set for this launch only), one launch at a time where the layer is not
+    thread-safe: a call finding it taken (another thread's, or its own interrupted one) runs
+    ``drivers[1]``.
     """
     kernel, serial = drivers[0], drivers[1]
     n = get_num_threads()

@@ -1,44 +1,18 @@
 """jitops' own thread pool for the parallel CPU kernels: hot workers, no per-call set-up.
 
-Why not Numba's threading layer: measured on these machines, a 1e6-element subtract (12 MB,
-cache-resident) took 257 us under Numba's TBB layer after the process idled for 2 ms, 169 us
-under its OpenMP layer and 193 us with PyTorch -- TBB builds a ``task_arena`` per launch and
-wakes its workers into it -- while OpenMP, the fast one, cannot be forked safely and fights
-PyTorch's own OpenMP runtime for the cores. This pool keeps what each does well:
-
-* workers are Python threads running a compiled loop without the GIL (:func:`_worker`): after
-  a job they spin briefly on the job word (``SPIN`` pause instructions), then yield the core
-  until ``IDLE_NS`` of wall time have passed, then sleep in the kernel on a Linux futex, so
-  an idle process costs nothing, whatever the machine's load, and a burst of calls never
-  waits for a wake-up;
-* a launch (:func:`run_job`, compiled into the drivers) publishes one job -- a task function
-  address, its arguments and the task count -- bumps the job word, wakes sleepers only if
-  there are any, and runs tasks itself. Each thread taking part owns a contiguous range of
-  the tasks, the same range job after job (the caller the first, worker ``i`` the
-  ``i + 1``-th): it claims runs from its own end of it with a compare-and-swap on the
-  range's word (the job's generation and the range's two ends), and once its range is empty
-  it steals from the far end of another's (:func:`_claim_and_run`). So a thread slowed by
-  another process's load just runs fewer tasks, neighbouring tasks (tiles sharing cache
-  lines) stay on one core, and a job's data stays with the core that touched it last time;
-  every other job walks the ranges backwards, so that each thread starts on what its caches
-  still hold from the last job (its last tasks). A task claimed is always for the job its
-  arguments were read from (the generation check);
-* a forked child starts a fresh pool on its first parallel call (no thread, lock or futex
-  state crosses a fork); Python threads launching at once never wait for each other: one
-  holds the pool, the others run their call serially on their own thread.
-
-Where PyTorch's GNU OpenMP runtime is loaded and usable (:mod:`jitops.cpu.omp`), a job of the
-main thread is run by that runtime's team instead: :func:`run_job` publishes it the same way
-and calls ``GOMP_parallel`` with :func:`_omp_entry`, which claims tasks as a worker does. A
-team thread descheduled by another process's load holds the whole region (OpenMP joins
-threads, the pool joins tasks): two jobs in a row that each waited more than a quarter of
-their time for one with nothing left to do make the next :data:`OMP_BACKOFF_JOBS` jobs run
-on the workers, twice as many each time the team stalls again soon after (up to
-:data:`OMP_BACKOFF_MAX_JOBS`).
-
-The futex is reached through libc's ``syscall`` by address (kept in the control block, never
-in compiled code, so the on-disk cache stays valid across processes). Where that is not
-available (not Linux), :data:`AVAILABLE` is False and jitops launches through Numba's layer.
+Workers are Python threads running a compiled loop without the GIL (:func:`_worker`): after a
+job they spin, then yield until ``IDLE_US`` have passed, then sleep on a Linux futex (reached
+through libc's ``syscall`` by an address kept in the control block, jitops.cpu.layout.CONTROL,
+so cached code stays valid across processes). A launch (:func:`run_job`, compiled into the
+drivers) publishes one job, wakes sleepers only if there are any, and runs tasks itself. Each
+thread owns a contiguous range of the tasks, the same job after job, claims runs from its end
+with a compare-and-swap and then steals from another's far end (:func:`_claim_and_run`): a
+thread slowed by another process's load runs fewer tasks, and every other job walks the
+ranges backwards so each thread starts on what its caches hold. A forked child starts a fresh
+pool; a Python thread finding the pool taken runs its call serially. Beside PyTorch's GNU
+OpenMP the main thread's jobs run on its team (:func:`_omp_entry`, jitops.cpu.omp), backing
+off to the workers for a while when a team thread stalls a job. Not Linux: :data:`AVAILABLE`
+is False and jitops launches through Numba's layer.
 """
 
 from __future__ import annotations
@@ -63,42 +37,10 @@ from ..core import errstate
 from ..core.config import env_flag, env_int
 from . import cache, hooks, lifecycle, registries
 from .jit import ENTRY, inner
+from .layout import CONTROL as C
 
 _I64 = types.int64
 
-# The control block: int64 words, the contended ones a cache line (8 words) apart.
-C_NRANGES, C_UNIT = 0, 1  # the job's layout: its ranges, and tasks per unit
-C_INFO = 8  # generation << 32 | number of tasks: the job's generation, published last
-C_DONE = 16  # tasks finished in this job
-C_FAILED = 24  # tasks whose compiled code returned an error status
-C_FP = 25  # the floating-point exception flags the job's tasks raised (MXCSR bits, ORed)
-C_SEQ = 32  # the futex word (low 32 bits): bumped once per job
-C_SLEEPERS = 40  # workers inside futex_wait
-C_STOP = 48  # 1: workers return
-C_KIND, C_TASK, C_A, C_B, C_C, C_D, C_WORKERS = 56, 57, 58, 59, 60, 61, 62  # the job
-C_REVERSIBLE = 63  # 1: the job may be walked backwards (not a tiled transpose)
-C_SYSCALL, C_FUTEX_NR, C_YIELD_NR = 64, 65, 66  # libc syscall's address, the syscall numbers
-C_SPIN, C_IDLE_NS = 67, 68  # pauses, then wall-time ns a worker waits for a job before sleeping
-C_BY_CALLER = 69  # tasks of the last job run by the launching thread (the rest: by workers)
-C_OMP, C_OMP_ENTRY = 70, 71  # GOMP_parallel of a shared OpenMP runtime (0: none), our entry
-C_CLAIMS = 72  # claims (runs of tasks) the last job was taken in, on a line of its own
-C_LAST_DONE = 73  # cycle counter when the last job's last task was counted done
-C_OMP_BACKOFF = 74  # jobs left to run on the pool's own workers after OpenMP jobs stalled
-C_OMP_STALLS = 75  # OpenMP jobs in a row that stalled
-C_OMP_BACKOFF_LEN = 76  # how many jobs the last backoff was
-C_OMP_CLEAN = 77  # OpenMP jobs that did not stall since the last backoff began
-C_OMP_BACKOFF_MIN, C_OMP_BACKOFF_MAX = 78, 79  # OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS
-C_JOIN_SEQ = 80  # futex word of threads waiting for a job's last tasks: bumped to wake them
-C_JOIN_WAITERS = 88  # threads asleep (or about to be) waiting for a job's last tasks
-C_JOIN_SLEEPS = 89  # times a thread went to sleep waiting for a job's last tasks (diagnostic)
-C_JOIN_SPIN, C_JOIN_TIMEOUT = 96, 97  # JOIN_SPIN, JOIN_TIMEOUT_NS
-C_CALLER_FIRST = 104  # the first task the caller ran of its own range (-1: none; diagnostic)
-C_ALTERNATE = 105  # 1: every other job walks the ranges backwards (ALTERNATE)
-C_OMP_TNUM = 106  # omp_get_thread_num of the shared OpenMP runtime (0: unknown)
-C_RANGE_CAP = 107  # how many range words the block has
-C_MAX_UNITS = 108  # MAX_UNITS (a word, so that tests can cut small jobs into units too)
-C_CLOCK = 109  # libc clock_gettime's address (the workers' idle clock)
-C_RANGES = 112  # range r's word: C_RANGES + 8 * r, gen (24 bits) | lo (20) | hi (20)
 
 #: Job kinds: what arguments the task function takes.
 KIND_BINARY = 0  # _task(spec, po, px, py, pmeta, t) of the built-in ops
@@ -106,50 +48,25 @@ KIND_NARY = 1  # _utask(spec, pptrs, pmeta, t) of the user ops
 
 #: Pause instructions a worker spins after a job before it yields: ~50 us on x86.
 SPIN = env_int("JITOPS_POOL_SPIN", 2000)
-#: Wall time (microseconds) from the end of a job a worker waits for the next one before it
-#: sleeps on the futex, yielding its core after the spin: a clock, not a count of yields, so
-#: that on a loaded machine, where each yield may last a time slice, it still falls asleep.
-#: 5 ms is what the former 4,000 yields lasted on an idle machine here: the sporadic rows
-#: (2 ms between calls) ran 0.81-0.83x NumPy at 1e6 with 2 ms, 1.04-1.26x with 5 ms.
+#: Wall time (us) a worker waits for the next job before it sleeps (a clock, so that it falls
+#: asleep on a loaded machine too): calls 2 ms apart ran 0.81-0.83x NumPy with 2 ms, 1.04x+ with 5.
 IDLE_US = env_int("JITOPS_POOL_IDLE_US", 5000, 0, 10_000_000)
-
-#: Whether every other job walks the threads' ranges backwards (``JITOPS_POOL_ALTERNATE=0``:
-#: always forwards). A thread's range is the same from job to job, so a job walked the other
-#: way from the last one starts each thread on the tasks it ran last, whose data its own
-#: caches (L2, and the part of the shared L3 not yet evicted) still hold. Measured on the
-#: pool, both ways in one process (float32 ``x - y`` into ``out=``, paired rounds): 3-7%
-#: faster at 3e5 elements, 2-3% at 1e6 (12 MB, in the L3), 4.5-8% at 2e6, 1.5% at 3e6,
-#: ``x - 3.0`` at 2e6 9%; the row, pdpd and outer broadcasts within +-1.3%. Tiled transposes
-#: lost 9% and are always walked forwards (``reversible``).
+#: Whether every other job walks the ranges backwards, each thread starting on what its caches
+#: hold (2-9% on cache-resident sizes; tiled transposes lose 9% and always go forwards).
 ALTERNATE = env_int("JITOPS_POOL_ALTERNATE", 1, 0, 1)
-
-#: Pause instructions (~200 us on x86) a thread that has nothing left to claim spins waiting
-#: for the job's last tasks before it sleeps on the futex (:func:`_wait_done`). Long enough
-#: that an ordinary job -- whose last tasks end within a task's time (tens of microseconds)
-#: of each other -- never sleeps, and short beside a scheduler time slice: a thread holding
-#: a task that another process's thread pushed off its core waits for that slice (some
-#: milliseconds), unless a core falls idle, from which the scheduler pulls it at once.
+#: Pauses (~200 us) a thread with nothing left to claim spins for a job's last tasks before it
+#: sleeps (:func:`_wait_done`): an ordinary job never sleeps, a descheduled one yields the core.
 JOIN_SPIN = env_int("JITOPS_POOL_JOIN_SPIN", 8000)
-#: A sleeper waiting for a job's last tasks looks again after this long whatever happens
-#: (nanoseconds, under 1e9).
+#: A sleeper waiting for a job's last tasks looks again after this long (ns, under 1e9).
 JOIN_TIMEOUT_NS = 1_000_000
-
-#: Jobs run on the pool's own workers after two in a row on a shared OpenMP team each waited
-#: more than a quarter of its time for a team thread with nothing left to do (jitops.cpu.omp).
-#: One such job is no sign: the first job after an idle spell waits for a sleeping team
-#: thread to wake up, and the next finds it awake.
+#: Jobs run on the workers after two jobs in a row on a shared OpenMP team each waited over a
+#: quarter of their time for a team thread (one alone is a team waking up: jitops.cpu.omp).
 OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
-#: A backoff that begins before the team ran OMP_BACKOFF_JOBS jobs without a stall since the
-#: last one began is twice as long as the last, up to this many jobs: under lasting load
-#: (another process keeping a core busy) the team is tried ever more rarely -- each try
-#: costs two stalled jobs -- and after a calm spell the backoff is short again.
+#: A backoff begun soon after the last is twice as long, up to this: under lasting load the team
+#: is tried ever more rarely (each try costs two stalled jobs).
 OMP_BACKOFF_MAX_JOBS = env_int("JITOPS_OMP_BACKOFF_MAX", 8192)
-
-#: Stack of each pool worker thread (bytes, reserved, not committed): a task keeps its staged
-#: tiles there (``kernels.TILE_MAX`` elements per staged input, up to 16 bytes each: 128 KiB
-#: for a built-in's two complex128 inputs, 256 KiB for a user op's four) beside the frames.
-#: Set for the workers whatever ``threading.stack_size`` a program chose for its own threads:
-#: with 160 KiB stacks a transposed complex128 subtract overflowed a worker's stack.
+#: Each worker's stack (reserved, not committed), whatever ``threading.stack_size`` says: a task
+#: stages up to four tiles of ``kernels.TILE_MAX`` 16-byte elements there (160 KiB overflowed).
 WORKER_STACK = 4 << 20
 
 _FUTEX_WAIT_PRIVATE, _FUTEX_WAKE_PRIVATE = 128, 129
@@ -298,8 +215,8 @@ def futex_wait_for(typingctx, fn, nr, addr, expected, ns):
 
 @inner
 def _futex_wait(ctl, expected):
-    addr = ctl + C_SEQ * 8  # the low half of the word on little-endian machines
-    syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAIT_PRIVATE, expected)
+    addr = ctl + C.SEQ * 8  # the low half of the word on little-endian machines
+    syscall4(load(ctl, C.SYSCALL), load(ctl, C.FUTEX_NR), addr, _FUTEX_WAIT_PRIVATE, expected)
 
 
 @intrinsic
@@ -320,54 +237,49 @@ def monotonic_ns(typingctx, fn):
 
 @inner
 def _yield(ctl):
-    syscall4(load(ctl, C_SYSCALL), load(ctl, C_YIELD_NR), 0, 0, 0)
+    syscall4(load(ctl, C.SYSCALL), load(ctl, C.YIELD_NR), 0, 0, 0)
 
 
 @njit(**ENTRY)
 def futex_wake(ctl):
     """Wake every worker asleep on the job word of the pool whose control block is ``ctl``:
     one with no job to take spins and yields again (:func:`_worker`), awake for the next."""
-    addr = ctl + C_SEQ * 8
-    syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
+    addr = ctl + C.SEQ * 8
+    syscall4(load(ctl, C.SYSCALL), load(ctl, C.FUTEX_NR), addr, _FUTEX_WAKE_PRIVATE, 1 << 30)
 
 
 @inner
 def _wake_joiners(ctl):
     """Wake every thread asleep in :func:`_wait_done` (there may be none by now)."""
-    fetch_add(ctl, C_JOIN_SEQ, 1)
-    syscall4(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), ctl + C_JOIN_SEQ * 8,
+    fetch_add(ctl, C.JOIN_SEQ, 1)
+    syscall4(load(ctl, C.SYSCALL), load(ctl, C.FUTEX_NR), ctl + C.JOIN_SEQ * 8,
              _FUTEX_WAKE_PRIVATE, 1 << 30)
 
 
 @inner
 def _wait_done(ctl, gen, total):
-    """Return once every task of job ``gen`` (``total`` tasks) is counted done, or a later
-    job has begun (which only happens once this one is done).
-
-    A thread with nothing left to claim spins :data:`JOIN_SPIN` pauses, then sleeps on the
-    futex until the thread counting the last task wakes it (or :data:`JOIN_TIMEOUT_NS`
-    passes). Sleeping frees the core: where another process's thread pushed a thread holding
-    this job's last task off its own core, the scheduler moves it to the idle one at once;
-    a thread spinning or yielding here kept that core busy, and the job waited for the other
-    process's time slice (one core kept busy: every call 2x slower).
+    """Return once every task of job ``gen`` (``total`` tasks) is done, or a later job has begun.
+    A thread with nothing left spins :data:`JOIN_SPIN` pauses, then sleeps on the futex until
+    the last task's thread wakes it (or :data:`JOIN_TIMEOUT_NS`): sleeping frees its core for a
+    descheduled thread holding this job's last task.
     """
     n = 0
     while True:
         # (a later job resets DONE, and then publishes its generation: a thread that reads
         # the reset and not yet the generation sleeps until run_job wakes it)
-        if load(ctl, C_DONE) >= total or (load(ctl, C_INFO) >> 32) != gen:
+        if load(ctl, C.DONE) >= total or (load(ctl, C.INFO) >> 32) != gen:
             return
         n += 1
-        if n < load(ctl, C_JOIN_SPIN):
+        if n < load(ctl, C.JOIN_SPIN):
             pause()
             continue
-        seq = load(ctl, C_JOIN_SEQ)
-        fetch_add(ctl, C_JOIN_WAITERS, 1)  # a full barrier: then the counts are re-read
-        if fetch_add(ctl, C_DONE, 0) < total and (fetch_add(ctl, C_INFO, 0) >> 32) == gen:
-            fetch_add(ctl, C_JOIN_SLEEPS, 1)
-            futex_wait_for(load(ctl, C_SYSCALL), load(ctl, C_FUTEX_NR), ctl + C_JOIN_SEQ * 8,
-                           seq & _LOW, load(ctl, C_JOIN_TIMEOUT))
-        fetch_add(ctl, C_JOIN_WAITERS, -1)
+        seq = load(ctl, C.JOIN_SEQ)
+        fetch_add(ctl, C.JOIN_WAITERS, 1)  # a full barrier: then the counts are re-read
+        if fetch_add(ctl, C.DONE, 0) < total and (fetch_add(ctl, C.INFO, 0) >> 32) == gen:
+            fetch_add(ctl, C.JOIN_SLEEPS, 1)
+            futex_wait_for(load(ctl, C.SYSCALL), load(ctl, C.FUTEX_NR), ctl + C.JOIN_SEQ * 8,
+                           seq & _LOW, load(ctl, C.JOIN_TIMEOUT))
+        fetch_add(ctl, C.JOIN_WAITERS, -1)
 
 
 #: Whether the tasks' floating-point exception flags are read (x86-64's MXCSR): NumPy's
@@ -404,20 +316,11 @@ def _clear_flags(builder, slot):
 
 
 def task_caller(nargs: int):
-    """An intrinsic ``call(task, a1, ..., a<nargs>)``: call a compiled task of some spec
-    through its address with ``nargs`` int64 arguments; bit 0: 1 if it failed; the bits above
-    it: the floating-point exception flags the task raised (``MXCSR_FLAGS << 1``).
-
-    The flags are cleared before the call and read after it: the callee is an indirect call,
-    opaque to the optimiser, so none of the task's arithmetic moves across either.
-
-    ``task`` is the address of a task's machine code for one spec (see
-    ``jitops.cpu.kernels.task_address``), called with Numba's own calling convention; the spec
-    argument is an opaque pointer nobody reads, so a null one is passed. The drivers are
-    thereby spec-free: compiled (or loaded from the disk cache) once per process, not once per
-    op and dtype; a new signature compiles only its task. The callee's status is never
-    discarded: anything but a normal return (an exception raised inside the scalar code)
-    gives 1, and the drivers report it.
+    """An intrinsic ``call(task, a1, ..., a<nargs>)``: a compiled task called through its address
+    (Numba's calling convention, a null spec) with ``nargs`` int64 arguments; bit 0 is 1 if it
+    failed (an exception inside), the bits above are the floating-point flags it raised (cleared
+    before, read after: the indirect call is opaque to the optimiser). The drivers are thereby
+    spec-free: compiled once per process; a new signature compiles only its task.
     """
     argtys = (types.voidptr,) + (types.int64,) * nargs
 
@@ -475,9 +378,9 @@ def _run_units(ctl, first, count, backwards, unit, total):
     floating-point flags raised).
     Called only with those units claimed: the job cannot finish (nor its arguments change)
     before they are counted done, so what is read here is this job's."""
-    task = load(ctl, C_TASK)
-    binary = load(ctl, C_KIND) == KIND_BINARY
-    a, b, c, d = load(ctl, C_A), load(ctl, C_B), load(ctl, C_C), load(ctl, C_D)
+    task = load(ctl, C.TASK)
+    binary = load(ctl, C.KIND) == KIND_BINARY
+    a, b, c, d = load(ctl, C.A), load(ctl, C.B), load(ctl, C.C), load(ctl, C.D)
     ran = 0
     failed = 0
     fp = 0
@@ -525,35 +428,28 @@ def _claim(ctl, slot, gen, from_high):
 
 @inner
 def _claim_and_run(ctl, me, info):
-    """Take part in job ``info`` (its :data:`C_INFO` word) as thread ``me`` (the caller 0,
-    worker ``i`` ``i + 1``): claim and run runs of tasks until none is left; returns how many
-    tasks this thread ran.
+    """Take part in job ``info`` as thread ``me`` (the caller 0, worker ``i`` ``i + 1``): claim and
+    run runs of tasks until none is left; returns how many this thread ran.
 
-    Thread ``me`` owns range ``me`` of the job's units (none where ``me`` is past the last
-    range) and claims from its own end of it: the low end, or on a job walked backwards
-    (every other one, :data:`ALTERNATE`) the high end, a quarter of what is left each time
-    (at least one unit), so that a thief still finds work in it. A thread whose range is
-    empty steals from the far end of the next non-empty range, also a quarter of what is
-    left: a thief that another process's load then pushes off its core holds no more than
-    an owner would. Runs therefore shrink to single units as the job ends, and a slowed
-    thread leaves the others little to wait for. Every claim is a compare-and-swap on the
-    range's word, which carries the job's generation: a word of another job is never
-    claimed from (a newer job means this one is done). A job run with ``reversible`` 0 (a
-    tiled transpose: its tiles walked up a column ran 9% slower, measured) is always walked
-    forwards."""
+    A thread claims a quarter of what is left of its own range (at least a unit) from its end --
+    the high end on a job walked backwards (:data:`ALTERNATE`, unless not ``reversible``) -- then
+    steals a quarter of the next non-empty range from its far end, so that a thread pushed off
+    its core holds little. Each claim is a compare-and-swap on the range's word, which carries the
+    job's generation: another job's word is never claimed from.
+    """
     gen = (info >> 32) & _GEN
     total = info & _LOW
-    nranges = load(ctl, C_NRANGES)
-    unit = load(ctl, C_UNIT)
-    backwards = (((info >> 32) & 1) == 1 and load(ctl, C_REVERSIBLE) != 0
-                 and load(ctl, C_ALTERNATE) != 0)
+    nranges = load(ctl, C.NRANGES)
+    unit = load(ctl, C.UNIT)
+    backwards = (((info >> 32) & 1) == 1 and load(ctl, C.REVERSIBLE) != 0
+                 and load(ctl, C.ALTERNATE) != 0)
     ran = 0
     claims = 0
     failed = 0
     fp = 0
     first_own = -1
     if me < nranges:  # this thread's own range, from its own end
-        slot = C_RANGES + 8 * me
+        slot = C.RANGES + 8 * me
         while True:
             first, g = _claim(ctl, slot, gen, backwards)
             if g <= 0:
@@ -568,7 +464,7 @@ def _claim_and_run(ctl, me, info):
     # then the far ends of the others' ranges
     k = 1
     while k <= nranges:
-        first, g = _claim(ctl, C_RANGES + 8 * ((me + k) % nranges), gen, not backwards)
+        first, g = _claim(ctl, C.RANGES + 8 * ((me + k) % nranges), gen, not backwards)
         if g < 0:
             break  # another job's word: this one is done
         if g == 0:
@@ -581,23 +477,23 @@ def _claim_and_run(ctl, me, info):
         claims += 1
         k = 1  # and scan again from the next range
     if me == 0:
-        store(ctl, C_CALLER_FIRST, first_own)
+        store(ctl, C.CALLER_FIRST, first_own)
     if ran:
         # Counted once, when this thread has no more to claim: the shared words are written
         # by every thread, and each write moves their cache line between cores (three per
         # claim cost a 1e6 subtract 2-4% against PyTorch's static halves). Until then the job
         # cannot finish, so the tasks above are still this job's.
-        fetch_add(ctl, C_CLAIMS, claims)
+        fetch_add(ctl, C.CLAIMS, claims)
         if failed:
-            fetch_add(ctl, C_FAILED, failed)
+            fetch_add(ctl, C.FAILED, failed)
         if fp:
-            fetch_or(ctl, C_FP, fp)
-        if fetch_add(ctl, C_DONE, ran) + ran == total:  # the job's last tasks
-            if load(ctl, C_OMP) != 0:
-                store(ctl, C_LAST_DONE, cycles())  # when an OpenMP job's work was all done
+            fetch_or(ctl, C.FP, fp)
+        if fetch_add(ctl, C.DONE, ran) + ran == total:  # the job's last tasks
+            if load(ctl, C.OMP) != 0:
+                store(ctl, C.LAST_DONE, cycles())  # when an OpenMP job's work was all done
             # (the count above is a full barrier: a thread that went to sleep waiting for
             # it has announced itself by now, or reads the count before it sleeps)
-            if load(ctl, C_JOIN_WAITERS) > 0:
+            if load(ctl, C.JOIN_WAITERS) > 0:
                 _wake_joiners(ctl)
     return ran
 
@@ -606,7 +502,7 @@ def _claim_and_run(ctl, me, info):
 def _take_part(ctl, me):
     """Helper thread ``me``'s part in the current job: claim and run tasks, then wait for
     the job's last ones (:func:`_wait_done`)."""
-    info = load(ctl, C_INFO)  # published before the job word moved (or the region began)
+    info = load(ctl, C.INFO)  # published before the job word moved (or the region began)
     _claim_and_run(ctl, me, info)
     _wait_done(ctl, info >> 32, info & _LOW)
 
@@ -617,116 +513,116 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
     returns how many tasks failed, with the floating-point flags they raised above bit
     :data:`JOB_FP_SHIFT`. ``reversible``: whether the job may be walked backwards
     (:data:`ALTERNATE`). Called with the pool held (one job at a time)."""
-    store(ctl, C_KIND, kind)
-    store(ctl, C_REVERSIBLE, 1 if reversible else 0)
-    store(ctl, C_TASK, task)
-    store(ctl, C_A, a)
-    store(ctl, C_B, b)
-    store(ctl, C_C, c)
-    store(ctl, C_D, d)
-    store(ctl, C_WORKERS, workers)
-    store(ctl, C_DONE, 0)
-    store(ctl, C_FAILED, 0)
-    store(ctl, C_FP, 0)
-    store(ctl, C_CLAIMS, 0)
-    gen = ((load(ctl, C_INFO) >> 32) + 1) & _LOW
+    store(ctl, C.KIND, kind)
+    store(ctl, C.REVERSIBLE, 1 if reversible else 0)
+    store(ctl, C.TASK, task)
+    store(ctl, C.A, a)
+    store(ctl, C.B, b)
+    store(ctl, C.C, c)
+    store(ctl, C.D, d)
+    store(ctl, C.WORKERS, workers)
+    store(ctl, C.DONE, 0)
+    store(ctl, C.FAILED, 0)
+    store(ctl, C.FP, 0)
+    store(ctl, C.CLAIMS, 0)
+    gen = ((load(ctl, C.INFO) >> 32) + 1) & _LOW
     # The ranges: one per thread taking part (as many as the block has words for; a thread
     # past them only steals), each a contiguous share of the job's units. Written before the
     # generation is published: a thread claims only from a word of the generation it read.
     nranges = workers + 1
-    if nranges > load(ctl, C_RANGE_CAP):
-        nranges = load(ctl, C_RANGE_CAP)
+    if nranges > load(ctl, C.RANGE_CAP):
+        nranges = load(ctl, C.RANGE_CAP)
     unit = 1
-    most = load(ctl, C_MAX_UNITS)
+    most = load(ctl, C.MAX_UNITS)
     if ntasks > most:
         unit = (ntasks + most - 1) // most
     nunits = (ntasks + unit - 1) // unit
-    store(ctl, C_NRANGES, nranges)
-    store(ctl, C_UNIT, unit)
+    store(ctl, C.NRANGES, nranges)
+    store(ctl, C.UNIT, unit)
     tag = (gen & _GEN) << 40
     for r in range(nranges):
-        store(ctl, C_RANGES + 8 * r,
+        store(ctl, C.RANGES + 8 * r,
               tag | ((r * nunits // nranges) << 20) | ((r + 1) * nunits // nranges))
     info = (gen << 32) | ntasks
-    omp = load(ctl, C_OMP)
-    backoff = load(ctl, C_OMP_BACKOFF)
+    omp = load(ctl, C.OMP)
+    backoff = load(ctl, C.OMP_BACKOFF)
     if omp != 0 and workers > 0 and backoff == 0:
         # The team of the OpenMP runtime PyTorch shares with us runs the claims (see
         # jitops.cpu.omp); the pool's own workers are not woken (the job word stays).
         t0 = cycles()
-        exchange(ctl, C_INFO, info)  # tasks can be claimed from here on; a full barrier, then:
-        if load(ctl, C_JOIN_WAITERS) > 0:  # a thread still waiting for the last job
+        exchange(ctl, C.INFO, info)  # tasks can be claimed from here on; a full barrier, then:
+        if load(ctl, C.JOIN_WAITERS) > 0:  # a thread still waiting for the last job
             _wake_joiners(ctl)
-        omp_parallel(omp, load(ctl, C_OMP_ENTRY), ctl, workers + 1)
+        omp_parallel(omp, load(ctl, C.OMP_ENTRY), ctl, workers + 1)
         t1 = cycles()
-        store(ctl, C_BY_CALLER, -1)
+        store(ctl, C.BY_CALLER, -1)
         # The region ends only when every team thread has returned: one descheduled by
         # another process's load (a busy core) holds the job with no work left to do.
         # Where that took over a quarter of two jobs in a row, the pool (which waits for
         # tasks, not threads) runs the next jobs, then the team is tried again.
-        if 4 * (t1 - load(ctl, C_LAST_DONE)) > t1 - t0:
-            if load(ctl, C_OMP_STALLS) >= 1:
-                store(ctl, C_OMP_STALLS, 0)
-                lo = load(ctl, C_OMP_BACKOFF_MIN)
-                jobs = 2 * load(ctl, C_OMP_BACKOFF_LEN)  # stalled again soon: back off longer
-                if jobs < lo or load(ctl, C_OMP_CLEAN) >= lo:
+        if 4 * (t1 - load(ctl, C.LAST_DONE)) > t1 - t0:
+            if load(ctl, C.OMP_STALLS) >= 1:
+                store(ctl, C.OMP_STALLS, 0)
+                lo = load(ctl, C.OMP_BACKOFF_MIN)
+                jobs = 2 * load(ctl, C.OMP_BACKOFF_LEN)  # stalled again soon: back off longer
+                if jobs < lo or load(ctl, C.OMP_CLEAN) >= lo:
                     jobs = lo  # the first backoff, or the team ran well for a while since
-                if jobs > load(ctl, C_OMP_BACKOFF_MAX):
-                    jobs = load(ctl, C_OMP_BACKOFF_MAX)
-                store(ctl, C_OMP_BACKOFF_LEN, jobs)
-                store(ctl, C_OMP_BACKOFF, jobs)
-                store(ctl, C_OMP_CLEAN, 0)
+                if jobs > load(ctl, C.OMP_BACKOFF_MAX):
+                    jobs = load(ctl, C.OMP_BACKOFF_MAX)
+                store(ctl, C.OMP_BACKOFF_LEN, jobs)
+                store(ctl, C.OMP_BACKOFF, jobs)
+                store(ctl, C.OMP_CLEAN, 0)
             else:
-                store(ctl, C_OMP_STALLS, 1)
+                store(ctl, C.OMP_STALLS, 1)
         else:
-            store(ctl, C_OMP_STALLS, 0)
-            store(ctl, C_OMP_CLEAN, load(ctl, C_OMP_CLEAN) + 1)
+            store(ctl, C.OMP_STALLS, 0)
+            store(ctl, C.OMP_CLEAN, load(ctl, C.OMP_CLEAN) + 1)
     else:
         if omp != 0 and backoff > 0:
-            store(ctl, C_OMP_BACKOFF, backoff - 1)
-        store(ctl, C_INFO, info)  # tasks can be claimed from here on
-        exchange(ctl, C_SEQ, (load(ctl, C_SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
-        if workers > 0 and load(ctl, C_SLEEPERS) > 0:
+            store(ctl, C.OMP_BACKOFF, backoff - 1)
+        store(ctl, C.INFO, info)  # tasks can be claimed from here on
+        exchange(ctl, C.SEQ, (load(ctl, C.SEQ) + 1) & 0x7FFFFFFF)  # a full barrier, then:
+        if workers > 0 and load(ctl, C.SLEEPERS) > 0:
             futex_wake(ctl)
-        if load(ctl, C_JOIN_WAITERS) > 0:  # a thread still waiting for the last job
+        if load(ctl, C.JOIN_WAITERS) > 0:  # a thread still waiting for the last job
             _wake_joiners(ctl)
-        store(ctl, C_BY_CALLER, _claim_and_run(ctl, _CALLER, info))
+        store(ctl, C.BY_CALLER, _claim_and_run(ctl, _CALLER, info))
     # the last tasks, on other threads
     _wait_done(ctl, gen, ntasks)
-    return load(ctl, C_FAILED) | (load(ctl, C_FP) << JOB_FP_SHIFT)
+    return load(ctl, C.FAILED) | (load(ctl, C.FP) << JOB_FP_SHIFT)
 
 
 @njit(**ENTRY)
 def _worker(ctl, index):
-    """A pool worker's life: wait for a job (spin, then yield until ``C_IDLE_NS`` have passed
+    """A pool worker's life: wait for a job (spin, then yield until ``C.IDLE_NS`` have passed
     on the clock, then sleep on the futex), take part if the job asks for this many workers,
     repeat until stopped."""
-    seen = load(ctl, C_SEQ)
-    spin = load(ctl, C_SPIN)
-    clock = load(ctl, C_CLOCK)
+    seen = load(ctl, C.SEQ)
+    spin = load(ctl, C.SPIN)
+    clock = load(ctl, C.CLOCK)
     while True:
         n = 0
         since = monotonic_ns(clock)
         while True:
-            s = load(ctl, C_SEQ)
+            s = load(ctl, C.SEQ)
             if s != seen:
                 break
             n += 1
             if n < spin:
                 pause()
                 continue
-            if monotonic_ns(clock) - since < load(ctl, C_IDLE_NS):
+            if monotonic_ns(clock) - since < load(ctl, C.IDLE_NS):
                 _yield(ctl)
                 continue
-            fetch_add(ctl, C_SLEEPERS, 1)  # a full barrier before the futex re-reads the word
+            fetch_add(ctl, C.SLEEPERS, 1)  # a full barrier before the futex re-reads the word
             _futex_wait(ctl, seen)  # returns at once if the word moved on meanwhile
-            fetch_add(ctl, C_SLEEPERS, -1)
+            fetch_add(ctl, C.SLEEPERS, -1)
             n = 0
             since = monotonic_ns(clock)
         seen = s
-        if load(ctl, C_STOP):
+        if load(ctl, C.STOP):
             return
-        if index < load(ctl, C_WORKERS):
+        if index < load(ctl, C.WORKERS):
             _take_part(ctl, index + 1)
 
 
@@ -734,12 +630,13 @@ def _omp_entry(ctl):
     """What each thread of an OpenMP team runs for a job: what a pool worker does, before
     OpenMP's own join. Team thread ``n`` (the caller 0) owns range ``n``; where the runtime's
     ``omp_get_thread_num`` is not known, every team thread only steals (still correct)."""
-    tnum = load(ctl, C_OMP_TNUM)
-    _take_part(ctl, omp_thread_num(tnum) if tnum != 0 else load(ctl, C_RANGE_CAP))
+    tnum = load(ctl, C.OMP_TNUM)
+    _take_part(ctl, omp_thread_num(tnum) if tnum != 0 else load(ctl, C.RANGE_CAP))
 
 
 # C-callable (its cfunc wrapper is what GOMP_parallel calls); nothing calls it from Python
-_omp_entry = njit(nogil=True, error_model="numpy", no_cpython_wrapper=True)(_omp_entry)
+_omp_entry = njit(nogil=True, error_model="numpy",
+                  **hooks.wrapperless(no_cpython_wrapper=True))(_omp_entry)
 
 # compiled once per machine: a new process starts its workers at once
 cache.enable(_worker)
@@ -780,24 +677,24 @@ class Pool:
         # one range word per thread that can take part (Numba's pool size bounds the count),
         # each on a cache line of its own, as the contended words before them
         cap = max(1, int(numba.config.NUMBA_NUM_THREADS))
-        nwords = C_RANGES + 8 * cap
+        nwords = C.RANGES + 8 * cap
         self.ctl = libc.calloc(1, 8 * nwords + 64)
         if not self.ctl:
             raise MemoryError("jitops: cannot allocate the thread pool's control block")
         self.ctl = (self.ctl + 63) & ~63
         words = np.ctypeslib.as_array((ctypes.c_int64 * nwords).from_address(self.ctl))
-        words[C_RANGE_CAP] = cap
-        words[C_MAX_UNITS] = MAX_UNITS
-        words[C_ALTERNATE] = ALTERNATE
-        words[C_CALLER_FIRST] = -1
-        words[C_SYSCALL] = _SYSCALL
-        words[C_FUTEX_NR] = _FUTEX_NR or 0
-        words[C_YIELD_NR] = _YIELD_NR or 0
-        words[C_SPIN], words[C_IDLE_NS], words[C_CLOCK] = SPIN, IDLE_US * 1000, _CLOCK
-        words[C_JOIN_SPIN], words[C_JOIN_TIMEOUT] = JOIN_SPIN, JOIN_TIMEOUT_NS
+        words[C.RANGE_CAP] = cap
+        words[C.MAX_UNITS] = MAX_UNITS
+        words[C.ALTERNATE] = ALTERNATE
+        words[C.CALLER_FIRST] = -1
+        words[C.SYSCALL] = _SYSCALL
+        words[C.FUTEX_NR] = _FUTEX_NR or 0
+        words[C.YIELD_NR] = _YIELD_NR or 0
+        words[C.SPIN], words[C.IDLE_NS], words[C.CLOCK] = SPIN, IDLE_US * 1000, _CLOCK
+        words[C.JOIN_SPIN], words[C.JOIN_TIMEOUT] = JOIN_SPIN, JOIN_TIMEOUT_NS
         # (in the block, not constants of the compiled code: that is cached on disk)
-        words[C_OMP_BACKOFF_MIN] = max(1, OMP_BACKOFF_JOBS)
-        words[C_OMP_BACKOFF_MAX] = max(OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS)
+        words[C.OMP_BACKOFF_MIN] = max(1, OMP_BACKOFF_JOBS)
+        words[C.OMP_BACKOFF_MAX] = max(OMP_BACKOFF_JOBS, OMP_BACKOFF_MAX_JOBS)
         self.pid = current_pid()
         # Whether a job of this process runs: set and cleared only by bytecodes that no
         # signal handler, garbage collection or thread switch can come between (inside
@@ -809,7 +706,7 @@ class Pool:
         self.threads: list[threading.Thread] = []
         self.thread_limit: int | None = None  # workers this process could start, once it failed
         self.words = words
-        self.omp = 0  # what C_OMP holds
+        self.omp = 0  # what C.OMP holds
 
     @contextlib.contextmanager
     def held(self, timeout: float = 10.0):
@@ -837,10 +734,10 @@ class Pool:
         ``omp_get_thread_num`` at ``tnum``, 0 if unknown), or on the pool's own workers
         (``fn`` 0). Called with the pool held."""
         if fn != self.omp:
-            if fn and not self.words[C_OMP_ENTRY]:
-                self.words[C_OMP_ENTRY] = omp_entry_address()
-            self.words[C_OMP_TNUM] = tnum
-            self.words[C_OMP] = self.omp = fn
+            if fn and not self.words[C.OMP_ENTRY]:
+                self.words[C.OMP_ENTRY] = omp_entry_address()
+            self.words[C.OMP_TNUM] = tnum
+            self.words[C.OMP] = self.omp = fn
 
     def ensure(self, workers: int) -> int:
         """Start workers until there are ``workers`` of them (called with the pool held);
@@ -881,9 +778,9 @@ class Pool:
         words = self.words
         try:
             with self.held(timeout):
-                words[C_STOP] = 1
-                words[C_WORKERS] = 0
-                words[C_SEQ] = (int(words[C_SEQ]) + 1) & 0x7FFFFFFF
+                words[C.STOP] = 1
+                words[C.WORKERS] = 0
+                words[C.SEQ] = (int(words[C.SEQ]) + 1) & 0x7FFFFFFF
                 _wake_all(self.ctl)
         except TimeoutError:
             return False
@@ -907,7 +804,7 @@ def _stack_size(size: int):
 def _wake_all(ctl: int) -> None:
     """What :func:`futex_wake` does, from Python (through libc, nothing to compile)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.syscall(ctypes.c_long(_FUTEX_NR), ctypes.c_void_p(ctl + C_SEQ * 8),
+    libc.syscall(ctypes.c_long(_FUTEX_NR), ctypes.c_void_p(ctl + C.SEQ * 8),
                  ctypes.c_long(_FUTEX_WAKE_PRIVATE), ctypes.c_long(1 << 30))
 
 

@@ -1,33 +1,16 @@
 """Large result buffers, recycled once no array uses them any more.
 
-A new result larger than the allocator keeps around (glibc's malloc maps every block over
-32 MiB afresh and unmaps it when freed) costs a page fault and the zeroing of every page on
-its first write: 4.5 ms of the 8 ms a 1e7 float32 ``subtract`` took here, against 3.8 ms with
-``out=``. So a result of at least ``config.RECYCLE_MIN_BYTES`` is a view of a buffer (a 1-d
-uint8 array, its ``base``) that this module keeps, and a buffer that no array uses any more
-becomes the next result of exactly its size.
-
-*Whether a buffer is in use* is its reference count: every array viewing a buffer's memory
-holds a reference to it (NumPy collapses ``base`` chains onto the array that owns the memory;
-memoryviews, buffer-protocol consumers, ``torch.from_numpy`` and DLPack capsules hold the
-array that holds it). A buffer counted only by this module's list is idle; the count is read
-under a lock, and nothing but this module can make a new reference to an idle buffer. Where
-counts are not exact (a free-threaded interpreter, or one without ``sys.getrefcount``),
-recycling is off.
-
-Recycling never costs memory a user would have had with NumPy:
-
-* the buffers followed, in use or idle, add up to at most ``config.RECYCLE_BYTES`` (a
-  sixteenth of the memory this process may use: its cgroup's limit, ``RLIMIT_AS``, physical
-  memory; ``JITOPS_RECYCLE_MB`` overrides, 0 turns recycling off) and number at most
-  ``TRACKED_MAX``; idle ones are freed, least recently handed out first, *before* a new
-  buffer is allocated, never after;
-* an allocation that fails is tried once more after every idle buffer is freed;
-* a buffer idle for ``config.RECYCLE_IDLE_MS`` is freed by a reaper thread, which runs only
-  while buffers are followed.
-
-A buffer no longer followed is an ordinary array, freed with its last view; :func:`release`
-frees every idle one now.
+A new result of at least ``config.RECYCLE_MIN_BYTES`` would cost a page fault and the zeroing
+of every page on first write (glibc maps such blocks afresh): instead it is a view of a buffer
+this module keeps, and a buffer no array uses becomes the next result of exactly its size.
+*In use* is read from the reference count, under a lock (every view of a buffer's memory holds
+it: NumPy collapses ``base`` chains, and memoryviews, DLPack and ``torch.from_numpy`` hold the
+array that holds it); where counts are not exact, recycling is off. It never costs memory a
+NumPy user would have had: the buffers followed total at most ``config.RECYCLE_BYTES`` (a
+sixteenth of what the process may use; ``JITOPS_RECYCLE_MB``) and ``TRACKED_MAX``; idle ones
+are freed before a new buffer is allocated and after ``config.RECYCLE_IDLE_MS`` (a reaper
+thread, alive only while buffers are followed); a failed allocation is retried once after
+freeing every idle buffer. :func:`release` frees every idle one now.
 """
 
 from __future__ import annotations

@@ -1,23 +1,13 @@
 """Numba's typing and lowering registries, loaded lightly while jitops compiles its own code.
 
-Numba refreshes its CPU target before every compile. The first refresh in a process imports
-and installs every registry Numba has -- linear algebra, random generators, typed containers,
-datetimes, polynomials, jitclass, cffi -- 0.3-0.6 s of the first call on an empty cache here,
-for code no jitops kernel calls. While jitops compiles, :func:`light` holds Numba's compiler
-lock and gives the CPU target's two contexts a refresh that installs only what the kernels
-use (numbers, the builtins, tuples, ranges, ``math`` and ``cmath``), as *instance* attributes
-removed before the lock is released: no other compile can see them, and Numba's own classes
-are never changed.
-
-Nothing is lost for anyone else: registries install incrementally, so the next compile
-outside jitops (a user's ``@njit`` function) runs Numba's full refresh and installs whatever
-the light one left out. And a compile can only get slower from this, never fail: one that
-fails under the light registries (a user op's function calling, say, ``np.exp``, whose
-implementation lives in a registry left out) is retried under the full refresh
-(:func:`compile_with`), which then raises Numba's own error if the code really does not
-compile. :data:`FALLBACKS` counts such retries; with ``JITOPS_STRICT_REGISTRIES=1`` (CI) a
-retry of a built-in kernel is an error instead, so a kernel that needs more than the light
-set is caught, not silently slowed.
+Numba's first target refresh in a process installs every registry it has (linear algebra,
+random, typed containers, ...; 0.3-0.6 s) for code no kernel calls. While jitops compiles,
+:func:`light` holds Numba's compiler lock and gives the CPU target's two contexts a refresh
+that installs only what the kernels use, as instance attributes removed before the lock is
+released: Numba's classes never change, and the next compile outside jitops runs the full
+refresh. A compile that fails under the light set (a user op calling ``np.exp``) is retried
+under the full one (:func:`compile_with`); with ``JITOPS_STRICT_REGISTRIES=1`` (CI) such a
+retry of a built-in kernel is an error.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
-"""Repeats of CPU calls: what the CPU backend keeps so that a call like one before it skips
-the pipeline.
+"""Repeats of CPU calls: what the CPU backend keeps so that a call like one before skips the
+pipeline.
 
-Three levels, fastest first:
-
-* a public function's :class:`Memo` -- its last two repeats (:class:`Repeat`): a serial one
-  calls the compiled entry bound to its launch with the objects themselves
-  (:mod:`.fastcall`; a weak Python scalar operand, that very object, as the 0-d array it
-  became: :class:`Weak`), and the kernel's header checks verify each object (another
-  object is refused and goes the keyed way). Where the call belongs to a shape class
-  (:mod:`.shapeclass`) that entry takes every shape of the class. A parallel repeat is
-  taken for the very same objects, with the thread count its meta is balanced for;
-* the keyed memo (:func:`key_of`: op, keywords, each operand's dtype, shape and strides or a
-  weak scalar's type, out's): the launch of an exact geometry seen before (``FAST``);
-* else the pipeline plans the call, and :func:`record` keeps its launch.
-
-A Python scalar operand is part of a key by its type (NumPy 2 promotion depends on nothing
-else); its value is converted to the operand dtype the first call settled on. A NumPy scalar
-is the 0-d array the pipeline would make of it. Integer ``elementwise_div`` repeats only
-once y is found free of zeros (the pipeline raises ZeroDivisionError before writing).
+Fastest first: a public function's :class:`Memo` of its last two repeats -- a serial one calls
+its launch's compiled entry with the objects themselves (:mod:`.fastcall`; the kernel's header
+checks refuse another object), and takes every shape of a shape class (:mod:`.shapeclass`); a
+parallel one is taken for the very same objects. Then the keyed memo (:func:`key_of`: op,
+keywords, each operand's dtype, shape and strides, or a weak scalar's type) of launches of
+exact geometries (``FAST``). Else the pipeline plans the call and :func:`record` keeps it. A
+Python scalar is keyed by its type and converted to the dtype the first call settled on
+(:class:`Weak`); integer ``elementwise_div`` repeats only once y is free of zeros.
 """
 
 from __future__ import annotations
@@ -33,6 +24,7 @@ from ..core.pipeline import WEAK
 from . import backend as cpu
 from . import fastcall, lifecycle, parallel, shapeclass
 from . import pool as _pools
+from .layout import CONTROL
 
 _ND = np.ndarray
 _OK = cpu.OK
@@ -122,7 +114,7 @@ def _lookup(op, broadcast, axis, act, operands: tuple, out):
 def workers_asleep(words) -> bool:
     """Whether the pool whose control words ``words`` are (a view kept by a repeat) has
     sleeping workers and no OpenMP team in use."""
-    return bool(words[_pools.C_SLEEPERS]) and not words[_pools.C_OMP]
+    return bool(words[CONTROL.SLEEPERS]) and not words[CONTROL.OMP]
 
 
 class Entries:
@@ -145,26 +137,17 @@ class Entries:
 
 
 class Repeat:
-    """A public function's last repeat (see :func:`_remember`): the keywords it was called
-    with, whether it made a new result, its launch and how a repeat runs it.
+    """A public function's last repeat (see :func:`_remember`): its keywords, whether it made a new
+    result, its launch and how a repeat runs it.
 
-    ``native`` is the compiled entry bound to the launch and to a meta with header checks
-    (jitops.cpu.fastcall): it takes any objects and the kernel refuses those that are not
-    such ndarrays, so a serial repeat needs no identity. Without it (the hook off) and for a
-    parallel launch, the repeat is taken for the very same objects (``ids``): a parallel one
-    launches with arguments made once (``args``, with ``out=``), and only while the calling
-    thread's count is still ``threads`` (``stamp``: jitops.cpu.parallel.STAMP when it was
-    read). While the pool's workers sleep, a parallel repeat of fewer than
-    ``config.ASLEEP_SERIAL_MAX`` elements runs on the calling thread through a compiled
-    entry: ``serial``, or ``waking``, which wakes them first, where the same repeat ran
-    less than ``config.ASLEEP_WAKE_WINDOW_S`` before (``last``). ``quiet`` is a view of the
-    pool's control block, where its sleepers are counted (None in a forked child, whose pool
-    is not that one).
-
-    A parallel launch run on one thread (``threads(1)``, ``set_num_threads(1)``) is
-    remembered as a serial one that ``checks_count``: its compiled entry is ``counted``, not
-    ``native``, and a repeat takes it only while the count is still one (else a serial
-    repeat would stay serial once the count is raised).
+    ``native``: the compiled entry bound to the launch and a meta with header checks
+    (jitops.cpu.fastcall), which refuses objects that are not such ndarrays, so a serial repeat
+    needs no identity. Otherwise (the hook off, or a parallel launch) the repeat is taken for the
+    very same objects (``ids``), a parallel one only while the thread count is still ``threads``
+    (``stamp``). While the pool sleeps, a small parallel repeat runs on the calling thread
+    (``serial``, or ``waking`` where it ran within the wake window, ``last``); ``quiet`` views the
+    pool's sleeper count. A parallel launch run on one thread is kept as a serial one that
+    ``checks_count`` (entry ``counted``), taken only while the count is still one.
     """
 
     __slots__ = ("broadcast", "axis", "act", "new", "native", "makes", "new_output", "launch",
@@ -308,17 +291,11 @@ def _same_count(memo: Memo, r: Repeat) -> bool:
 
 def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, stamp=None,
               weak=None):
-    """The :class:`Repeat` of a call that just ran: a meta (balanced for ``threads``, 1 for
-    a serial launch) whose header checks (jitops.cpu.kernels.header_checks) let the kernel
-    verify that the objects it is handed are still the same kind of ndarray, and for a serial
-    launch the compiled entry bound to it. The keyed path costs ~0.6 us more per call warm
-    (building and hashing the key), and several times that right after a parallel job has
-    swept the caches. None where headers cannot be read.
-
-    A parallel repeat also keeps what it launches with: the drivers, the arguments (with
-    ``out=``: the same objects each time) and the thread-count stamp read before ``threads``
-    was (jitops.cpu.parallel.STAMP). Measured at 1e6 elements, each of these asked for again
-    costs 0.5-1.5% of the call: after the job, every object touched is a cache miss.
+    """The :class:`Repeat` of a call that just ran: a meta (balanced for ``threads``, 1 for a serial
+    launch) with header checks (jitops.cpu.kernels.header_checks), so that the kernel verifies
+    the objects it is handed, and for a serial launch the compiled entry bound to it; a parallel
+    repeat also keeps its drivers, arguments and thread-count stamp (each asked for again after
+    a job is a cache miss). None where headers cannot be read.
     """
     if threads == 1 and launch.direct is not None:  # serial: any shape of its class?
         r = _class_repeat(key[0], launch, target, x, y, out, broadcast, axis, act, weak)

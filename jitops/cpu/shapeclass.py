@@ -1,23 +1,14 @@
 """Shape classes: one compiled entry for every shape of a kind of call, planned in the entry.
 
-A repeat of an exact geometry skips the planner (:mod:`jitops.dispatch`, :mod:`.fastcall`);
-a call with a shape never seen before would plan anew. For the shapes real programs vary --
-batches of any length, the last short batch -- the plan is the same up to its sizes, as
-TensorIterator's ``fast_set_up`` finds: so the compiled entry of such a call takes its sizes
-from the arrays it is handed and writes the meta on its stack. Two classes, every operand
-C-contiguous and the count of elements below :func:`limit` (serial, a plain new result):
-
-* ``FLAT``: the inputs of the result's shape, or one a 0-d array (a scalar): one dim of
-  ``n`` elements (NumPy's ``BINARY_LOOP_FAST`` cases);
-* ``ROWS``: one input of the result's shape, the other its trailing dims (``X(n, 64) +
-  b(64,)``, NumPy or Paddle's trailing ``axis``): ``n / k`` rows of ``k``.
-
-A class is keyed by the op, the keywords, the dtypes and each operand's rank (Paddle's
-``axis`` aligns by rank, so a rank is never assumed). Its words (``W_*``) name what the entry
-compares in each object's header: exact type, dtype object, rank, the C-contiguous flag, the
-dims. Before a class is used, the meta it builds for the call that made it must equal, word
-for word, the planner's (:func:`meta_of`), and :mod:`.fastcall` compares the entry's first
-result with the planned one.
+Shapes real programs vary (batch sizes, the last short batch) plan the same up to their sizes,
+as TensorIterator's ``fast_set_up`` finds; so a class's compiled entry reads the sizes from
+the arrays it is handed and writes the meta on its stack (:func:`plan_call`). Every operand
+C-contiguous, fewer elements than :func:`limit` (serial), and either ``FLAT`` (the inputs of
+the result's shape, or a 0-d one: one dim) or ``ROWS`` (one input of the result's shape, the
+other its trailing dims, NumPy's or Paddle's trailing ``axis``: rows of ``k``). A class is
+keyed by op, keywords, dtypes and each operand's rank; its words (jitops.cpu.layout.CLASS) say
+what the entry compares in each object's header. Before a class is used its meta must equal
+the planner's word for word (:func:`meta_of`), and its first result the planned call's.
 """
 
 from __future__ import annotations
@@ -27,21 +18,15 @@ from numba import njit, types
 from numba.extending import register_jitable
 
 from ..core import config
-from . import cache, registries
+from . import cache, layout, registries
 from . import kernels as K
+from .layout import CLASS as W
+from .layout import META, OPERAND
 from .spec import as_pointer
 
 _I64, _I32 = types.int64, types.int32
 
 FLAT, ROWS = 1, 2
-#: A class's words: its kind; which input has the result's shape (1: x, 2: y); each input's
-#: rank; the dtype objects of out, x, y; the ndarray type; the count of elements a call must
-#: stay below; the item sizes of out, x, y; the header offsets of the type, rank, dims,
-#: dtype and flags; the address of the planner's meta it starts from; the block size.
-(W_KIND, W_FULL, W_ND_X, W_ND_Y, W_DESCR_O, W_DESCR_X, W_DESCR_Y, W_TYPE, W_MAX, W_ISZ_O,
- W_ISZ_X, W_ISZ_Y, W_OFF_TYPE, W_OFF_ND, W_OFF_DIMS, W_OFF_DESCR, W_OFF_FLAGS, W_TEMPLATE,
- W_BLOCK, W_BLOCK_MIN) = range(20)
-N_WORDS = 20
 #: NumPy's NPY_ARRAY_C_CONTIGUOUS flag bit.
 C_CONTIGUOUS = 0x0001
 
@@ -55,98 +40,99 @@ def _word(addr, off):
 def _operand_ok(w, a, descr, nd):
     """Whether the object at ``a`` is a C-contiguous ndarray of the class's type, ``descr``
     and rank ``nd`` (its type read first: nothing else is read from another object)."""
-    if _word(a, w[W_OFF_TYPE]) != w[W_TYPE] or _word(a, w[W_OFF_DESCR]) != descr:
+    if _word(a, w[W.OFF_TYPE]) != w[W.TYPE] or _word(a, w[W.OFF_DESCR]) != descr:
         return False
-    if as_pointer(a + w[W_OFF_ND], _I32)[0] != nd:
+    if as_pointer(a + w[W.OFF_ND], _I32)[0] != nd:
         return False
-    return (as_pointer(a + w[W_OFF_FLAGS], _I32)[0] & C_CONTIGUOUS) != 0
+    return (as_pointer(a + w[W.OFF_FLAGS], _I32)[0] & C_CONTIGUOUS) != 0
 
 
 @register_jitable
 def plan_call(cls, o, x, y, meta_addr):
     """Write the meta of a call of class ``cls`` (the address of its words) with objects
-    ``o`` (0: the entry makes the result), ``x``, ``y`` at ``meta_addr`` (``HDR + 8``
+    ``o`` (0: the entry makes the result), ``x``, ``y`` at ``meta_addr`` (``MAX_DIMS``
     words); returns ``(dims, nd, n)``: the address of the dims of the input whose shape the
     result has, its rank and the count of elements, or ``(0, 0, 0)`` where the objects are
     not of the class."""
     w = as_pointer(cls, _I64)
-    ndx, ndy = w[W_ND_X], w[W_ND_Y]
-    if not (_operand_ok(w, x, w[W_DESCR_X], ndx) and _operand_ok(w, y, w[W_DESCR_Y], ndy)):
+    ndx, ndy = w[W.ND_X], w[W.ND_Y]
+    if not (_operand_ok(w, x, w[W.DESCR_X], ndx) and _operand_ok(w, y, w[W.DESCR_Y], ndy)):
         return 0, 0, 0
-    if w[W_FULL] == 1:
-        full, nd, small, nds, isf, iss = x, ndx, y, ndy, w[W_ISZ_X], w[W_ISZ_Y]
+    if w[W.FULL] == 1:
+        full, nd, small, nds, isf, iss = x, ndx, y, ndy, w[W.ISZ_X], w[W.ISZ_Y]
     else:
-        full, nd, small, nds, isf, iss = y, ndy, x, ndx, w[W_ISZ_Y], w[W_ISZ_X]
-    fd = as_pointer(_word(full, w[W_OFF_DIMS]), _I64)
+        full, nd, small, nds, isf, iss = y, ndy, x, ndx, w[W.ISZ_Y], w[W.ISZ_X]
+    fd = as_pointer(_word(full, w[W.OFF_DIMS]), _I64)
     n = 1
     for i in range(nd):
         n *= fd[i]
     k = 1
     if nds > 0:
-        sd = as_pointer(_word(small, w[W_OFF_DIMS]), _I64)
+        sd = as_pointer(_word(small, w[W.OFF_DIMS]), _I64)
         for i in range(nds):
             if sd[i] != fd[nd - nds + i]:
                 return 0, 0, 0
             k *= sd[i]
-    if n <= 0 or n >= w[W_MAX]:
+    if n <= 0 or n >= w[W.MAX]:
         return 0, 0, 0
     if o != 0:
-        if not _operand_ok(w, o, w[W_DESCR_O], nd):
+        if not _operand_ok(w, o, w[W.DESCR_O], nd):
             return 0, 0, 0
-        od = as_pointer(_word(o, w[W_OFF_DIMS]), _I64)
+        od = as_pointer(_word(o, w[W.OFF_DIMS]), _I64)
         for i in range(nd):
             if od[i] != fd[i]:
                 return 0, 0, 0
     m = as_pointer(meta_addr, _I64)
-    t = as_pointer(w[W_TEMPLATE], _I64)
-    for i in range(K.HDR):
+    t = as_pointer(w[W.TEMPLATE], _I64)
+    for i in range(META.SIZE):
         m[i] = t[i]
-    flat = w[W_KIND] == FLAT
+    flat = w[W.KIND] == FLAT
     inner = n if flat else k
     rows = 1 if flat else n // k
-    block, ntasks, rows_per_task, nblk = K.split_rows(inner, rows, w[W_BLOCK], False, 1,
-                                                      w[W_BLOCK_MIN])
-    m[K.M_BLOCK], m[K.M_NTASKS], m[K.M_ROWS_PER_TASK] = block, ntasks, rows_per_task
-    m[K.M_NBLK], m[K.M_ROWS] = nblk, rows
-    m[K.M_OFF_O] = m[K.M_OFF_X] = m[K.M_OFF_Y] = 0
-    m[K.M_NTI] = m[K.M_NTJ] = m[K.M_SHIFT] = 0
-    m[K.M_HEADERS] = -1
+    block, ntasks, rows_per_task, nblk = K.split_rows(inner, rows, w[W.BLOCK], False, 1,
+                                                      w[W.BLOCK_MIN])
+    m[META.BLOCK], m[META.NTASKS], m[META.ROWS_PER_TASK] = block, ntasks, rows_per_task
+    m[META.NBLK], m[META.ROWS] = nblk, rows
+    m[META.NTI] = m[META.NTJ] = m[META.SHIFT] = 0
+    m[META.HEADERS] = -1
+    for j in range(K.NOPS):
+        m[META.SIZE + j] = 0  # start offsets
     # the small input's step along a row (the planner's 1 for a dim of one element)
     s_small = 1 if nds > 0 or n == 1 else 0
+    sh = K.SHAPE
     if flat:
-        m[K.M_VARIANT] = K.V_CONTIG if s_small else (
-            K.V_SCALAR_Y if w[W_FULL] == 1 else K.V_SCALAR_X)
-        m[K.M_ND] = 1
-        m[K.HDR] = n
-        m[K.HDR + 1] = 1
-        sx = 1 if w[W_FULL] == 1 else s_small
-        sy = s_small if w[W_FULL] == 1 else 1
-        m[K.HDR + 2], m[K.HDR + 3] = sx, sy
+        m[META.VARIANT] = K.V_CONTIG if s_small else (
+            K.V_SCALAR_Y if w[W.FULL] == 1 else K.V_SCALAR_X)
+        mnd = 1
+        m[sh] = n
+        m[sh + 1] = 1  # out
+        sx = 1 if w[W.FULL] == 1 else s_small
+        sy = s_small if w[W.FULL] == 1 else 1
+        m[sh + 2], m[sh + 3] = sx, sy
         same_small = nds == nd
     else:
-        m[K.M_VARIANT] = K.V_CONTIG
-        m[K.M_ND] = 2
-        m[K.HDR], m[K.HDR + 1] = rows, inner
-        m[K.HDR + 2], m[K.HDR + 3] = inner, 1  # out
-        row_x = inner if w[W_FULL] == 1 else 0
-        row_y = 0 if w[W_FULL] == 1 else inner
-        m[K.HDR + 4], m[K.HDR + 5] = row_x, 1
-        m[K.HDR + 6], m[K.HDR + 7] = row_y, 1
+        m[META.VARIANT] = K.V_CONTIG
+        mnd = 2
+        m[sh], m[sh + 1] = rows, inner
+        m[sh + 2], m[sh + 3] = inner, 1  # out
+        row_x = inner if w[W.FULL] == 1 else 0
+        row_y = 0 if w[W.FULL] == 1 else inner
+        m[sh + 4], m[sh + 5] = row_x, 1
+        m[sh + 6], m[sh + 7] = row_y, 1
         same_small = False
-    if w[W_FULL] == 1:
-        m[K.M_SAME_X], m[K.M_SAME_Y] = 1, 1 if same_small else 0
-    else:
-        m[K.M_SAME_X], m[K.M_SAME_Y] = 1 if same_small else 0, 1
-    if m[K.M_CHECK] != 0:  # out=: the byte extents the overlap check compares
-        for j in range(3):
-            m[K.M_LO + j] = 0
-        m[K.M_HI] = n * w[W_ISZ_O]
-        hi_small = (k if nds > 0 else 1) * iss
-        if w[W_FULL] == 1:
-            m[K.M_HI + 1], m[K.M_HI + 2] = n * isf, hi_small
-        else:
-            m[K.M_HI + 1], m[K.M_HI + 2] = hi_small, n * isf
-    return _word(full, w[W_OFF_DIMS]), nd, n
+    m[META.ND] = mnd
+    # the operands' check words: the template's alignments, this call's extents and views
+    c, tc = layout.checks_at(K.NOPS, mnd), layout.checks_at(K.NOPS, t[META.ND])
+    hi_small = (k if nds > 0 else 1) * iss
+    for j in range(K.NOPS):
+        at = c + OPERAND.SIZE * j
+        m[at + OPERAND.ALIGN] = t[tc + OPERAND.SIZE * j + OPERAND.ALIGN]
+        m[at + OPERAND.LO] = m[at + OPERAND.HI] = 0
+        m[at + OPERAND.SAME] = 1 if j == 0 or j == w[W.FULL] or same_small else 0
+        if m[META.CHECK] != 0:  # out=: the byte extents the overlap check compares
+            m[at + OPERAND.HI] = n * w[W.ISZ_O] if j == 0 else (
+                n * isf if j == w[W.FULL] else hi_small)
+    return _word(full, w[W.OFF_DIMS]), nd, n
 
 
 @njit
@@ -171,7 +157,7 @@ def limit(out: np.dtype, x: np.dtype, y: np.dtype, new: bool) -> int:
 
 def words(target: np.ndarray, x: np.ndarray, y: np.ndarray, new: bool) -> np.ndarray | None:
     """The words of the class of a serial call that wrote ``target`` from ``x``, ``y``, or
-    None where it is of no class (or the ndarray layout is not verified); ``W_TEMPLATE`` is
+    None where it is of no class (or the ndarray layout is not verified); ``W.TEMPLATE`` is
     left for the caller (the planner's meta of that call, which must outlive the words)."""
     if K.HEADER_OFFSETS is None or K.FLAGS_OFFSET < 0 or not target.ndim:
         return None
@@ -191,10 +177,13 @@ def words(target: np.ndarray, x: np.ndarray, y: np.ndarray, new: bool) -> np.nda
     else:
         return None
     type_off, nd_off, dims_off, _strides_off, descr_off = K.HEADER_OFFSETS
-    return np.array([kind, full, x.ndim, y.ndim, id(target.dtype), id(x.dtype), id(y.dtype),
-                     id(np.ndarray), limit(target.dtype, x.dtype, y.dtype, new),
-                     target.itemsize, x.itemsize, y.itemsize, type_off, nd_off, dims_off,
-                     descr_off, K.FLAGS_OFFSET, 0, config.BLOCK, config.BLOCK_MIN], np.int64)
+    return np.array(layout.fill(
+        W, KIND=kind, FULL=full, ND_X=x.ndim, ND_Y=y.ndim, DESCR_O=id(target.dtype),
+        DESCR_X=id(x.dtype), DESCR_Y=id(y.dtype), TYPE=id(np.ndarray),
+        MAX=limit(target.dtype, x.dtype, y.dtype, new), ISZ_O=target.itemsize,
+        ISZ_X=x.itemsize, ISZ_Y=y.itemsize, OFF_TYPE=type_off, OFF_ND=nd_off,
+        OFF_DIMS=dims_off, OFF_DESCR=descr_off, OFF_FLAGS=K.FLAGS_OFFSET, TEMPLATE=0,
+        BLOCK=config.BLOCK, BLOCK_MIN=config.BLOCK_MIN), np.int64)
 
 
 def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.ndarray
@@ -208,8 +197,7 @@ def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.nda
                          else id(target), id(x), id(y), m.__array_interface__["data"][0])
     if found == 0:
         return None
-    nd = int(m[K.M_ND])
-    return m[:K.HDR + 4 * nd].copy()
+    return m[:layout.checks_at(K.NOPS, int(m[META.ND])) + K.NOPS * OPERAND.SIZE].copy()
 
 
 _CLASSES: dict = {}  # class key -> (words, template, entry taking out=, entry making the result)
@@ -227,19 +215,19 @@ def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out,
     cls = words(target, x, y, new)
     if cls is None:
         return None
-    key = (*ckey, int(cls[W_KIND]), int(cls[W_FULL]))
+    key = (*ckey, int(cls[W.KIND]), int(cls[W.FULL]))
     found = _CLASSES.get(key)
     if found is not None:
         return found
-    cls[W_TEMPLATE] = launch.metas.address(1)
+    cls[W.TEMPLATE] = launch.metas.address(1)
     template = launch.metas.arrays[1][0]  # the launch's own serial meta
     if not new and (np.may_share_memory(target, x) or np.may_share_memory(target, y)):
         return None  # in place: the inputs this call read are gone (a later call decides)
     planned = meta_of(cls, None if new else target, x, y)
     if planned is None or planned.shape != template.shape or (planned != template).any():
         return None
-    f_out = bind(launch.task, template, int(cls[W_MAX]), None, 0, cls)
-    f_new = bind(launch.task, template, int(cls[W_MAX]), (target.dtype, ()), 0, cls) \
+    f_out = bind(launch.task, template, int(cls[W.MAX]), None, 0, cls)
+    f_new = bind(launch.task, template, int(cls[W.MAX]), (target.dtype, ()), 0, cls) \
         if new else None
     if f_out is None or (new and f_new is None):
         return None

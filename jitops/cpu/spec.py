@@ -1,16 +1,10 @@
 """Kernel specialisation as a Numba type: which op, which activation, which dtypes.
 
-The CPU kernels are a handful of module-level functions (so Numba's on-disk cache can find
-them). They are specialised per op and dtype not by copying them, but through one argument, a
-:class:`KernelSpec`, whose Numba type carries ``(op, act, x, y, out, compute)`` in its *name*.
-Numba compiles one machine-code version per distinct type, and because the name is the same
-in every process the cache index hits (function-typed arguments would not: their type names
-embed addresses, and the cache would grow by one entry per process).
-
-The overloads below turn a spec into code at compile time: typed data pointers, the load
-(float16 and bfloat16 bits -> float32, otherwise a cast to the compute type), the scalar op
-and activation from :mod:`jitops.core.scalar`, and the store (float32 -> float16 or bfloat16
-bits, bool -> 0/1).
+The kernels are a few module-level functions (so Numba's disk cache finds them), specialised
+through one argument, a :class:`KernelSpec`, whose Numba type carries ``(op, act, x, y, out,
+compute)`` in its name: one machine-code version per spec, and the same name in every process,
+so the cache index hits. The overloads below turn a spec into code: typed data pointers, the
+load (half types widened), the scalar op and activation (jitops.core.scalar), the store.
 """
 
 from __future__ import annotations
@@ -255,15 +249,10 @@ def _ov_fma(a, b, c):
 
 @intrinsic
 def _signaling_ge(typingctx, a, b):
-    """``a >= b`` raising *invalid* where ``a`` or ``b`` is NaN, as C's ``>=`` does on x86
-    (``comisd``; LLVM's scalar ``fcmp`` is quiet), in code that still vectorises.
-
-    The flag comes from capping each operand's magnitude at one, ``select(1 < m, 1, m)``,
-    which x86 computes with ``minsd`` (or an ordered ``cmpltsd``): both raise *invalid* on a
-    NaN, and on nothing else. The capped values' sum (0 to 2, or NaN: exact, no flag) is
-    tested ``<= 2``, which fails only where ``a >= b`` already does, and ANDed with it, so
-    that the cap stays in the code. Not a side effect: LLVM may compute it once for a
-    loop-invariant pair, as C compilers do.
+    """``a >= b`` raising *invalid* where ``a`` or ``b`` is NaN, as C's ``>=`` does on x86 (LLVM's
+    ``fcmp`` is quiet), in code that still vectorises: each operand's magnitude capped at one
+    (``minsd``, which raises *invalid* on a NaN only), their sum tested ``<= 2`` (false only
+    where ``a >= b`` already is) and ANDed in, so that the cap stays in the code.
     """
     if not (isinstance(a, types.Float) and a == b):
         return None

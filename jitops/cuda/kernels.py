@@ -141,15 +141,36 @@ def source_stamp() -> str:
     return _stamp
 
 
+_CACHE_STATE: dict[str, str | None] = {}
+
+
+def _cache_why_not() -> str | None:
+    """Why numba-cuda's cache classes are not as jitops subclasses them, or None."""
+    from numba.cuda.core.caching import _CacheLocator
+    from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
+
+    if not (hasattr(CUDACacheImpl, "_locator_classes") and hasattr(CUDACache, "_impl_class")
+            and callable(getattr(CUDACache, "load_overload", None))
+            and isinstance(_CacheLocator, type)):
+        return "numba-cuda's cache classes are not as jitops expects"
+    return None
+
+
 def _enable_cache(kernel) -> None:
     """numba-cuda's cache in jitops' directory, stamped with jitops' sources, degrading to
-    compiling (never to an error) on a damaged, full or unwritable cache."""
+    compiling (never to an error) on a damaged, full or unwritable cache. Fenced as the
+    ``cuda_cache`` hook (numba-cuda's cache classes and their private members): off, kernels
+    compile in every process."""
     try:
         from numba.cuda.core.caching import _CacheLocator
         from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
-
-        from ..cpu.cache import LocatorMixin
     except ImportError:  # pragma: no cover - the built-in numba.cuda: uncached
+        return
+    from ..cpu.cache import LocatorMixin
+    from ..cpu.hooks import check_once
+
+    if not check_once(_CACHE_STATE, "cuda_cache", _cache_why_not, "jitops' CUDA kernels "
+                      "compile in every process (no disk cache)"):
         return
 
     class Locator(LocatorMixin, _CacheLocator):
