@@ -320,3 +320,40 @@ def test_a_look_does_not_wait_where_no_foreign_thread_runs():
     """)
     assert "ok" in out
 
+
+@needs_torch
+def test_a_fork_child_of_a_team_on_a_python_that_updates_its_thread_record_uses_the_pool():
+    """The case the team's rules left open: a fork child of a process that ran PyTorch on its
+    main thread imports jitops after the fork, on a Python that updates the main thread's
+    record in a child (3.12+, simulated here), and runs PyTorch on another thread (whose own
+    team is then seen asleep) before a large call on the main thread. The main thread's team
+    is the parent's there; using it aborted the child ("free(): invalid pointer"). Now such a
+    process runs its jobs on jitops' pool, right."""
+    code = textwrap.dedent("""
+        import os, sys, threading, time
+        import numpy as np, torch
+        torch.set_num_threads(2)
+        N = 1 << 20
+        torch.add(torch.ones(N), 1.0)  # the main thread's team, in the parent
+        pid = os.fork()
+        if pid == 0:
+            threading.main_thread()._set_native_id()  # as Python 3.12+ does in a child
+            import jitops
+            from jitops.cpu import omp
+            omp.RECORD_SHOWS_FORKS = False  # what omp decides on Python 3.12+
+            done = threading.Event()
+            def other():  # a team of this thread's own, seen asleep in libgomp
+                torch.add(torch.ones(N), 1.0)
+                done.set()
+                time.sleep(5)
+            threading.Thread(target=other, daemon=True).start()
+            done.wait()
+            x = np.arange(N, dtype=np.float32)
+            ok = np.array_equal(jitops.subtract(x, 1.0), x - 1.0) and omp.team() == 0
+            os._exit(0 if ok else 3)
+        _, status = os.waitpid(pid, 0)
+        print("child", status)
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "child 0" in res.stdout, res.stdout + res.stderr[-3000:]

@@ -1,39 +1,17 @@
-"""Sharing PyTorch's OpenMP team: jitops' parallel jobs run on it where that is safe.
+"""Sharing PyTorch's OpenMP team: jitops' main-thread jobs run on it where that is safe.
 
-PyTorch's CPU wheels bring GNU OpenMP (their own ``libgomp``), whose worker threads spin for
-milliseconds after every PyTorch op. On a machine with few cores such a spinning thread holds
-the core jitops' own pool worker (:mod:`jitops.cpu.pool`) needs: measured on these 2-core
-machines, a 1e6-element subtract right after a PyTorch op took 1.5-1.9x its time alone. Two
-thread pools on the same cores can only take turns; one team cannot collide with itself. So
-where PyTorch's ``libgomp`` is loaded, jitops' main-thread jobs are run by that team
-(``GOMP_parallel`` with :func:`jitops.cpu.pool._omp_entry`, which claims tasks exactly as a
-pool worker does): the thread spinning after PyTorch's op picks up jitops' job at once, and
-the other way round. Measured: both within 1.15x of their time alone, op by op.
-
-GNU OpenMP cannot survive a fork: a child inherits the parent's team as data, without its
-threads, and its next parallel region waits for them forever (PyTorch's own ops hang there).
-So the team is used only where jitops knows it was not inherited:
-
-* never in a process forked after jitops was imported (its pid is not the one jitops
-  was imported in);
-* where PyTorch was imported after jitops, always otherwise: any team its runtime starts is
-  started in this process or seen by that hook;
-* where PyTorch was already imported when jitops was (this process may be a fork child of
-  one that ran PyTorch), only once a thread of this process is found asleep inside that
-  ``libgomp`` (``/proc/self/task/*/syscall``): a thread of the runtime's team, started in
-  this process. Until then (looked for at most every :data:`RECHECK_S`) the pool runs the job.
-  A team thread spinning after PyTorch's last op shows no address, and one kept busy by a
-  program alternating PyTorch's ops with jitops' never falls asleep between them, so where a
-  thread that Python did not start is running, a look waits (up to :data:`WAIT_S`;
-  :data:`WAIT_BUDGET_S` per process) for it to fall asleep.
-  Where the interpreter shows it was forked (the main thread's recorded id is not the
-  process's, as Python up to 3.11 leaves it in a child), never. One case stays open: a fork
-  child of a process that ran PyTorch on its main thread, which imports jitops only after
-  the fork and runs PyTorch ops on another thread (whose own team is then seen) before a
-  large jitops call on the main thread, on a Python that updates the thread record.
-
-Only the main thread uses the team (PyTorch's ops run there; another thread would make the
-runtime start a team of its own), and never with ``JITOPS_OMP=0``.
+PyTorch's ``libgomp`` threads spin for milliseconds after each op and hold the cores jitops'
+pool needs (SPEC: alternating op by op, each within 1.3x of alone); one team cannot collide
+with itself, so where that ``libgomp`` is loaded the main thread's jobs run on it
+(``GOMP_parallel`` with :func:`jitops.cpu.pool._omp_entry`, claiming tasks as a worker does).
+GNU OpenMP does not survive a fork (a child's next region waits for threads it lacks), so the
+team is used only where it cannot have been inherited: never in a process forked after jitops
+was imported; always where PyTorch was imported after jitops; where it was imported before,
+only on an interpreter whose thread record shows an earlier fork (:data:`RECORD_SHOWS_FORKS`)
+and shows none, once a thread of this process is seen asleep inside that ``libgomp``
+(``/proc/self/task/*/syscall``, looked for at most every :data:`RECHECK_S`, waiting up to
+:data:`WAIT_S` for a spinning thread). Only the main thread uses the team, never with
+``JITOPS_OMP=0``.
 """
 
 from __future__ import annotations
@@ -63,6 +41,11 @@ _ENABLED = (env_flag("JITOPS_OMP", True) and sys.platform.startswith("linux")
 
 #: Whether PyTorch was imported before jitops (its team may have come from a forked parent).
 PRELOADED = "torch" in sys.modules
+#: Whether this interpreter's main-thread record shows a fork made before jitops was imported
+#: (Python up to 3.11 keeps the parent's native id there; later ones update it). Where it
+#: does not, a team of PyTorch imported before jitops may be a forked parent's, whatever
+#: threads are seen (another Python thread's team is no proof): the pool runs the jobs.
+RECORD_SHOWS_FORKS = sys.version_info < (3, 12)
 
 #: The process jitops was imported in: a later fork is seen by comparing with
 #: :func:`jitops.cpu.pool.current_pid` (kept current by the pool's at-fork hook).
@@ -195,6 +178,8 @@ def team() -> int:
     if not fn:
         return 0
     if PRELOADED:  # the team may be a forked parent's until one of its threads is seen here
+        if not RECORD_SHOWS_FORKS:
+            return 0
         if threading.main_thread().native_id != os.getpid():
             # a fork child whose interpreter kept the parent's thread record (Python up to
             # 3.11 does): whatever team threads it has, the main thread's team may be the
@@ -225,4 +210,7 @@ def status() -> str:
         return "jitops' pool (PyTorch's GNU OpenMP runtime not found)"
     if _ready:
         return "PyTorch's OpenMP team"
+    if PRELOADED and not RECORD_SHOWS_FORKS:
+        return ("jitops' pool (PyTorch was imported first, and this Python's thread record "
+                "cannot show whether its team is a forked parent's)")
     return "jitops' pool until a thread of PyTorch's OpenMP team is seen in this process"
