@@ -142,10 +142,11 @@ def _foreign_private(module: str, own: set[str]) -> set[str]:
 
 
 def _foreign_private_in(source: str, own: set[str]) -> set[str]:
-    """What a module's ``source`` reaches of other libraries' private interfaces: underscore names it
-    does not define itself (attributes, ``getattr`` strings, imports, methods it overrides in
-    a subclass of another library's class), ``numba.core`` internals, CPython's C API
-    (``ctypes.pythonapi``) and Numba's undocumented ``jit`` options."""
+    """What a module's ``source`` reaches of other libraries' private interfaces: underscore names
+    it does not define itself (attributes, ``getattr`` strings, imports, methods it overrides in a
+    subclass of another library's class), ``numba.core`` internals, CPython's C API
+    (``ctypes.pythonapi``) and Numba's undocumented ``jit`` options.
+    """
     tree = ast.parse(source)
     found = set()
 

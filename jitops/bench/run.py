@@ -90,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
                    help=f"only these cases ({', '.join(c.key for c in cases.CASES)}, "
                         f"neighbours, grid)")
     p.add_argument("--no-cold", action="store_true", help="skip the cold-start processes")
+    p.add_argument("--no-hooks", action="store_true",
+                   help="skip the hooks table (each speed hook on and off, fresh processes)")
     p.add_argument("--no-sweep", action="store_true", help="skip the size sweep")
     p.add_argument("--no-grid", action="store_true",
                    help="skip the variant x dtype x size grid (also skipped when --cases does "
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     elif a.out is None:
         a.out = default_out()
     if a.quick:
-        a.no_grid = a.no_neighbours = a.no_cold = True
+        a.no_grid = a.no_neighbours = a.no_cold = a.no_hooks = True
     scale = 0.2 if a.quick else 1.0
     t_start = time.perf_counter()
 
@@ -188,6 +190,12 @@ def main(argv: list[str] | None = None) -> int:
         _progress("dask: jitops-backed vs NumPy-backed ...")
         result["dask"] = dask_bench.run(scale, _progress)
         result["extra_tables"].append(dask_bench.markdown(result["dask"]))
+    if not a.no_hooks and (not a.cases or "hooks" in a.cases):
+        from . import hooks_bench
+
+        _progress("hooks: each speed hook on and off (fresh processes) ...")
+        result["hooks"] = hooks_bench.run(scale, _progress)
+        result["extra_tables"].append(hooks_bench.markdown(result["hooks"]))
     if not a.no_cold:
         _progress("cold start (fresh processes) ...")
         result["cold_start"] = harness.cold_start()
