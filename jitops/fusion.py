@@ -18,6 +18,7 @@ import numpy as np
 
 from .core.dtypes import check_dtype, user_result
 from .cpu import nary
+from .cpu.repeat import Memo
 from .dispatch import call_user
 from .signatures import Broadcast, Device
 
@@ -98,6 +99,7 @@ class ElementwiseOp:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         self.nin = _arity(fn, self.__name__)
+        self.memo = Memo()  # its last serial repeat (jitops.cpu.repeat.user)
         self.key, self.cacheable = nary.function_key(fn)
         self._compiled_fn = nary.register(self.key, fn)  # (an earlier twin's, if any)
         if dtype is not None:

@@ -333,3 +333,128 @@ def test_a_first_call_into_a_strided_out_keeps_the_entry():
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.split("\n")[:2] == ["['out']", "['new', 'out'] None"], res.stdout
+
+
+# -- user ops (jitops.elementwise) -----------------------------------------------------------
+
+
+def _axpb(a, x, b):
+    return a * x + b
+
+
+def _one(a):
+    return a * a + a
+
+
+def _two(a, b):
+    return a * b + a
+
+
+def _five(a, b, c, d, e):
+    return (a * b + c) * d + e
+
+
+@pytest.mark.parametrize("fn", [_one, _two, _axpb, _five], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("dtype", ["float32", "int16", "complex128"])
+def test_user_op_repeats_run_through_the_compiled_entry(fn, dtype, rng):
+    """A user op's serial repeat calls its compiled entry with the objects (``f(out, *in)``
+    or ``f(*in)`` making the result): NumPy's answers on both paths, every arity."""
+    op = jitops.elementwise(fn)
+    nin = fn.__code__.co_argcount
+    arrays = [(rng.random((7, 9)) * 4).astype(dtype) for _ in range(nin)]
+    want = fn(*arrays)
+    for _ in range(3):
+        got = op(*arrays)
+        assert got.dtype == want.dtype
+        np.testing.assert_array_equal(got, want)
+    assert op.memo.latest is not None and op.memo.latest.new
+    got2 = op(*arrays)
+    assert got2 is not got  # a new result every call
+    np.testing.assert_array_equal(got2, want)
+    out = np.empty_like(want)
+    for _ in range(3):
+        out[...] = 0
+        assert op(*arrays, out=out) is out
+        np.testing.assert_array_equal(out, want)
+    assert op.memo.latest is not None and not op.memo.latest.new
+
+
+def test_user_op_entry_refuses_other_arrays_and_the_key_answers(rng):
+    """Other dtypes, shapes, strides, subclasses, a read-only or overlapping out, a scalar:
+    the entry writes nothing and says so; the call then takes the key or the pipeline, and
+    every answer is NumPy's."""
+    op = jitops.elementwise(_axpb)
+    a, x, b = (rng.random(50) for _ in range(3))
+    out = np.empty(50)
+    for _ in range(3):
+        op(a, x, b, out=out)
+    entry = op.memo.latest.entry
+    ro = np.empty(50)
+    ro.flags.writeable = False
+    assert entry(ro, a, x, b) == jitops.cpu.kernels.READ_ONLY
+    assert entry(out, a, x) == jitops.cpu.kernels.MISMATCH  # too few
+    assert entry(out, a.astype(np.float32), x, b) == jitops.cpu.kernels.MISMATCH
+    assert entry(out, a[::2].copy(), x[::2].copy(), b[::2].copy()) == \
+        jitops.cpu.kernels.MISMATCH
+    assert entry(out, a.view(np.matrix).reshape(50), x, b) == jitops.cpu.kernels.MISMATCH
+    buf = np.concatenate([a, a[:1]])
+    shifted = buf[1:].copy()
+    assert entry(buf[1:], buf[:-1], x, b) == jitops.cpu.kernels.OVERLAP  # a partial overlap
+    np.testing.assert_array_equal(buf[1:], shifted)
+    before = out.copy()
+    assert entry(out[::-1], a, x, b) == jitops.cpu.kernels.MISMATCH  # other strides
+    np.testing.assert_array_equal(out, before)
+    # and the public calls, each NumPy's answer
+    for args in ((a.astype(np.float32), x, b), (a[::2], x[::2], b[::2]), (a, 2.0, b),
+                 (a, x, np.float32(3))):
+        np.testing.assert_allclose(op(*args), _axpb(*args), rtol=0, atol=0)
+    c = a.copy()
+    op(c, x, c, out=c)  # in place: out is also an input
+    np.testing.assert_array_equal(c, a * x + a)
+    with pytest.raises(ValueError):
+        op(a, x, b, out=ro)
+
+
+def test_user_op_entry_reports_numpys_floating_point_flags():
+    """Flags raised through the entry are NumPy's errstate's to act on, on both paths."""
+    div = jitops.elementwise(lambda p, q: p / q)
+    one, zero = np.ones(6), np.zeros(6)
+    out = np.empty(6)
+    for _ in range(3):
+        div(one, one)
+        div(one, one, out=out)
+    with np.errstate(divide="raise"):
+        with pytest.raises(FloatingPointError, match="divide by zero"):
+            div(one, zero, out=out)
+        assert np.isinf(out).all()  # written, as NumPy's out= is, before it raises
+        div(one, one)
+        with pytest.raises(FloatingPointError, match="divide by zero"):
+            div(one, zero)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        r = div(one, zero)
+    assert np.isinf(r).all() and any("divide by zero" in str(w.message) for w in seen)
+
+
+def test_a_forked_child_repeats_a_user_op():
+    """The at-fork hooks pass over a user op's repeat (it reads no pool), and the child's
+    calls through its compiled entry are right."""
+    import subprocess
+
+    code = (
+        "import os, numpy as np, jitops\n"
+        "op = jitops.elementwise(lambda a, b: a * b + a)\n"
+        "x = np.arange(64.0)\n"
+        "for _ in range(3):\n"
+        "    op(x, x)\n"
+        "assert op.memo.latest is not None\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    ok = all(np.array_equal(op(x, x), x * x + x) for _ in range(5))\n"
+        "    os._exit(0 if ok and op.memo.latest is not None else 3)\n"
+        "_, st = os.waitpid(pid, 0)\n"
+        "print('child', st)\n")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0 and "child 0" in res.stdout and not res.stderr, \
+        res.stdout + res.stderr

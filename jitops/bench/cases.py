@@ -9,6 +9,7 @@ the probe's bandwidth jitops reaches.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -265,6 +266,22 @@ def _user_abc():
     return _axpb_into(a, b, cc, o, b, cc), 4 * a.nbytes
 
 
+def _user_abc_small(out: bool):
+    """``a * b + c`` on three 1e4 float32 arrays: the user op (one call) against NumPy's and
+    PyTorch's two ops and numexpr, new results (``out=`` where asked)."""
+    a, b, cc = _rand(10**4, seed=1), _rand(10**4, seed=2), _rand(10**4, seed=3)
+    o = np.empty_like(a)
+    if out:
+        return _axpb_into(a, b, cc, o, b, cc), 4 * a.nbytes
+    c = {"jitops": lambda: axpb(a, b, cc), "numpy": lambda: a * b + cc}
+    if torch is not None:
+        ta, tb, tc = _t(a, b, cc)
+        c["torch"] = lambda: torch.addcmul(tc, ta, tb)
+    if numexpr is not None:
+        c["numexpr"] = _ne("a * b + c", a=a, b=b, c=cc)
+    return c, 4 * a.nbytes
+
+
 def _overhead():
     x, y, o = np.ones(8), np.full(8, 2.0), np.empty(8)
     return _subtract_into(x, y, o), 3 * x.nbytes
@@ -386,6 +403,10 @@ CASES = [
          _user_transposed, {"numpy": 3.0, "torch": 1.3}, rounds=21),
     Case("user_abc", "user op a * b + c, three 1e7 arrays, out=", _user_abc,
          {"numpy": 2.0, "numexpr": 1.3}),
+    *[Case(f"user_abc_1e4_{kind}", f"user op a * b + c, three 1e4 float32 arrays, "
+           f"{'out=' if kind == 'out' else 'new result'}", functools.partial(_user_abc_small,
+                                                                              kind == "out"),
+           {"numpy": 1.0}, rounds=41) for kind in ("new", "out")],
     Case("overhead", "call overhead, 8 float64 elements, out=", _overhead, {"numpy": 1 / 1.5},
          note="target: at most 1.5x NumPy's time per call"),
     *[Case(f"small_{n}_{dt.__name__}_{kind}",

@@ -402,15 +402,34 @@ class UserLaunch:
     def new_output(self) -> np.ndarray:
         return _new_array(self.shape, self.dtype, self.strides)
 
+    def makes_c_order(self) -> bool:
+        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
+        return self.strides is None and \
+            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
+
+    def serial_status(self, target: np.ndarray, inputs) -> int:
+        """The serial driver's status for these operands (their objects given as the kernel
+        reads them), without reporting: what a compiled entry is compared with."""
+        refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)
+        return entry_point(nary.KERNELS["serial"], _SIG3)(self.task, _address(refs),
+                                                           self.metas.address(1))
+
     def run(self, target: np.ndarray, inputs, fname: str, out) -> bool:
         """Launch; False (nothing written) when a check fails and the pipeline must decide."""
         refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)  # this call's own
         n = parallel.num_threads() if self.parallel else 1
-        args = (self.task, ref(refs), self.metas.address(n))
+        args = (self.task, _address(refs), self.metas.address(n))
         if n > 1:
             status = parallel.launch(drivers(nary.KERNELS, _SIG3), args, n)
         else:
             status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
+        return self.finish(status, target, fname, out)
+
+    @staticmethod
+    def finish(status: int, target: np.ndarray, fname: str, out) -> bool:
+        """Whether a launch with this status wrote its result (its flags then reported, as
+        NumPy's errstate says); False where a check refused it (nothing written); raises
+        where a task failed."""
         if status == kernels.OK:
             return True
         if status >= kernels.FP_RAISED:  # written; NumPy's errstate decides the rest

@@ -24,7 +24,7 @@ from numba import types
 from numba.extending import intrinsic
 
 from ..core.pipeline import byte_extent
-from . import cache, hooks, kernels, layout, pool, registries, shapeclass
+from . import cache, hooks, kernels, layout, nary, pool, registries, shapeclass
 from .jit import c_entry
 from .layout import BLOCK as B
 from .layout import N_STATUS
@@ -42,6 +42,7 @@ STATUSES = tuple(range(N_STATUS))
 #: them from 500; taking and giving back the GIL costs ~0.1 us, 2% of a call this size).
 RELEASE_GIL_FROM = 16384
 _serial = kernels.KERNELS["serial"]
+_userial = nary.KERNELS["serial"]
 
 
 def _c_caller(n: int, restype, vararg: bool = False):
@@ -76,19 +77,23 @@ _call8 = _c_caller(8, types.int64)
 @c_entry
 def _repeat(self, args, nargs):
     """``PyObject *f(PyObject *self, PyObject *const *args, Py_ssize_t nargs)``; ``self`` is
-    the block (an int64 ndarray, :func:`_block`).
+    the block (an int64 ndarray, :func:`_block`), of a built-in op's task (``f(out, x, y)``)
+    or a user op's (``f(out, *inputs)``).
 
-    ``f(out, x, y)`` returns the status's int. ``f(x, y)`` makes the result itself (where the
-    block allows) and returns it, or ``(status, result)`` where it was written but raised
+    With out first it returns the status's int. Without, it makes the result itself (where
+    the block allows) and returns it, or ``(status, result)`` where it was written but raised
     floating-point flags, or the status's int where nothing was written. Any other count of
     arguments: MISMATCH. Never NULL: nothing here raises a Python exception."""
     block = as_pointer(as_pointer(self + SELF_DATA_OFFSET, _I64)[0], _I64)
     status = kernels.MISMATCH
     made = 0
-    if nargs == 3 or (nargs == 2 and block[B.NEW] != 0):
+    nin = block[B.NIN]
+    want = 2 if nin == 0 else nin
+    if nargs == want + 1 or (nargs == want and block[B.NEW] != 0):
         a = as_pointer(args, _I64)
-        target = a[0] if nargs == 3 else 0
-        x, y = a[nargs - 2], a[nargs - 1]
+        target = a[0] if nargs == want + 1 else 0
+        first = nargs - want
+        x, y = a[first], a[nargs - 1]
         meta, nd, dims, n = block[B.META], block[B.ND], address_of(block) + 8 * B.DIMS, 0
         if block[B.CLASS] != 0:  # this call's meta, planned here on the stack
             words = kernels.stack_words()
@@ -96,7 +101,7 @@ def _repeat(self, args, nargs):
                                                address_of(words))
             meta = address_of(words) if dims != 0 else 0
         if meta != 0:
-            if nargs == 2:
+            if nargs == want:
                 # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
                 # reference to descr
                 _call1v(block[B.INCREF], block[B.DESCR])
@@ -107,7 +112,14 @@ def _repeat(self, args, nargs):
                     pool.futex_wake(block[B.WAKE])
                 saved = _call0(block[B.SAVE]) if block[B.SAVE] != 0 and (
                     block[B.CLASS] == 0 or n >= RELEASE_GIL_FROM) else 0
-                status = _serial(block[B.TASK], target, x, y, meta)
+                if nin == 0:
+                    status = _serial(block[B.TASK], target, x, y, meta)
+                else:  # the operands' words, out first, on this frame
+                    refs = kernels.stack_words()
+                    refs[0] = target
+                    for i in range(nin):
+                        refs[i + 1] = a[first + i]
+                    status = _userial(block[B.TASK], address_of(refs), meta)
                 if saved != 0:
                     _call1v(block[B.RESTORE], saved)
             else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
@@ -206,7 +218,7 @@ def _functions() -> tuple[int, ...]:
 
 
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
-           cls: np.ndarray | None = None) -> np.ndarray:
+           cls: np.ndarray | None = None, nin: int = 0) -> np.ndarray:
     """The words :func:`_repeat` reads (jitops.cpu.layout.BLOCK). ``result``: (dtype, shape)
     of the C-ordered new result the entry makes, or None; ``wake``: a pool control block to
     wake first, or 0; ``cls``: a shape class's words (``size`` then is the class's limit)."""
@@ -220,7 +232,7 @@ def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
         B, TASK=task, META=meta.__array_interface__["data"][0], INCREF=incref, DECREF=decref,
         PACK=pack, CLEAR=clear, SAVE=save, RESTORE=restore, NEW=new, TYPE=id(np.ndarray),
         DESCR=id(dtype), ND=len(shape), WAKE=wake,
-        CLASS=0 if cls is None else cls.__array_interface__["data"][0],
+        CLASS=0 if cls is None else cls.__array_interface__["data"][0], NIN=nin,
         STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
 
 
@@ -236,6 +248,15 @@ def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
             or not hooks.ok("fastcall"):
         return None
     return _new(_block(task, meta, size, result, wake, cls))
+
+
+def bind_user(task: int, meta: np.ndarray, size: int, nin: int, result=None):
+    """:func:`bind` for a user op's serial task of ``nin`` inputs: ``f(out, *inputs)``, and
+    with ``result`` ``f(*inputs)``. None where the hook is off or this path not verified."""
+    if "user" not in _VERIFIED or (result is not None and "user-new" not in _VERIFIED) \
+            or not hooks.ok("fastcall"):
+        return None
+    return _new(_block(task, meta, size, result, nin=nin))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls", ("jitops.cpu.fastcall",))
@@ -309,3 +330,42 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
         hooks.fail("fastcall", "its first run differed from Numba's wrapper")
         return
     _VERIFIED.update(("out", "new") if makes else ("out",))
+
+
+def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> None:
+    """:func:`verify` for a user op's serial launch (once per process and path): the entry
+    against the serial driver on the same operands, refused arguments as statuses."""
+    makes = new_result and launch.makes_c_order()
+    if ("user-new" if makes else "user") in _VERIFIED or not hooks.ok("fastcall"):
+        return
+    try:
+        want, got = _like(target), _like(target)
+        status = launch.serial_status(want, inputs)
+        meta = kernels.header_checks(launch.metas.build(threads=1), (got, *inputs))
+        f = _new(_block(launch.task, meta, int(np.prod(target.shape)),
+                        (got.dtype, got.shape) if makes else None, nin=len(inputs)))
+        ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
+              and f(got, *inputs) == status and got.tobytes() == want.tobytes())
+        if ok and makes:
+            r = f(*inputs)
+            if status != kernels.OK:
+                ok = type(r) is tuple and r[0] == status
+                r = r[1] if ok else None
+            ok = ok and (type(r) is np.ndarray and r.dtype == target.dtype
+                         and r.shape == target.shape and r.flags.c_contiguous
+                         and r.tobytes() == want.tobytes() and sys.getrefcount(r) == 2)
+            r = None
+        got[...] = 0
+        ro = _like(target)
+        ro.flags.writeable = False
+        ok = ok and (f() == kernels.MISMATCH and f(got, *inputs, got) == kernels.MISMATCH
+                     and f(got, *inputs[:-1], 1.0) == kernels.MISMATCH
+                     and f(ro, *inputs) == kernels.READ_ONLY
+                     and not np.frombuffer(got.tobytes(), np.uint8).any())
+    except Exception as e:  # noqa: BLE001 - any failure means: not this way
+        hooks.fail("fastcall", f"{type(e).__name__}: {e}")
+        return
+    if not ok:
+        hooks.fail("fastcall", "its first run of a user op differed from the driver's")
+        return
+    _VERIFIED.update(("user", "user-new") if makes else ("user",))

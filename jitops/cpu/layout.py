@@ -102,9 +102,10 @@ N_STATUS = 64
 #: ``PyEval_SaveThread``/``RestoreThread`` or 0 where the GIL is kept, NumPy's
 #: ``PyArray_NewFromDescr`` or 0 where the result is not made here); the new result's type,
 #: dtype and rank; the pool control block whose sleeping workers it wakes first, or 0; a
-#: shape class's words (:data:`CLASS`), or 0; the status objects; the new result's dims.
+#: shape class's words (:data:`CLASS`), or 0; the inputs of a user op's task (0: a built-in
+#: op's x and y); the status objects; the new result's dims.
 BLOCK = struct("Block", "TASK META INCREF DECREF PACK CLEAR SAVE RESTORE NEW TYPE DESCR ND WAKE "
-                        f"CLASS STATUS:{N_STATUS} DIMS")
+                        f"CLASS NIN STATUS:{N_STATUS} DIMS")
 
 #: A shape class's words (jitops.cpu.shapeclass): its kind; which input has the result's
 #: shape (1: x, 2: y); each input's rank; the dtype objects of out, x, y; the ndarray type;

@@ -10,8 +10,9 @@ A :class:`UserSpec` (the function, the inputs', compute and result dtypes) speci
 ``_utask``; its Numba type's name is stable across processes for a module-level function, so
 the disk cache finds it again. Functions that cannot be found by name (lambdas, closures,
 notebook cells) compile per process into ``_utask_local``, never cached on disk. The drivers
-take the task's address, an int64 array of the operands (out first; objects or data
-addresses, as the built-ins') and the meta's address.
+take the task's address, the address of the operands' int64 words (out first; objects or
+data addresses, as the built-ins') and the meta's address; a compiled entry
+(jitops.cpu.fastcall) keeps those words on its stack.
 """
 
 from __future__ import annotations
@@ -564,8 +565,8 @@ _call_utask = pool.call_nary
 @intrinsic
 def uresolve(typingctx, prefs, pmeta, ptrs):
     """The operands' data addresses into ``ptrs`` and the checks every launch makes before
-    writing (:func:`jitops.cpu.kernels.emit_checks`); a status. ``prefs`` is the operands'
-    int64 array, given as the operands are (its object, or its data address)."""
+    writing (:func:`jitops.cpu.kernels.emit_checks`); a status. ``prefs`` is the address of
+    the operands' int64 words (out first: objects, or data addresses)."""
     if not isinstance(ptrs, types.CPointer):
         return None
     sig = _I64(_I64, _I64, ptrs)
@@ -574,11 +575,7 @@ def uresolve(typingctx, prefs, pmeta, ptrs):
         prefs, pmeta, out_ptrs = args
         b = builder
         e = _Emit(b, pmeta)
-        refs_at = cgutils.alloca_once_value(b, prefs)
-        off = e.word(META.DATA_OFF)
-        with b.if_then(e.cmp(">=", off, 0)):
-            b.store(e.at(prefs, off), refs_at)
-        refs = b.inttoptr(b.load(refs_at), _LL64.as_pointer())
+        refs = b.inttoptr(prefs, _LL64.as_pointer())
         emit_checks(e, e.word(META.NOPS), lambda k: b.load(b.gep(refs, [k])), out_ptrs)
         b.position_at_end(e.done)
         return b.load(e.status)

@@ -493,8 +493,42 @@ def user(op, operands: tuple, broadcast, axis, out):
             return MISS, None
     target = out if out is not None else launch.new_output()
     if launch.run(target, arrays, op.__name__, out):
+        if arrays is operands and not launch.parallel and launch.shape:
+            op.memo.latest = _remember_user(key, launch, target, arrays, out, broadcast, axis)
         return (target[()] if out is None and not launch.shape else target), None
     return MISS, None  # misaligned, overlapping or out read-only this time: the careful path
+
+
+class UserRepeat:
+    """A user op's last serial repeat: its keywords, whether it made its result, and the
+    compiled entry bound to its launch (``f(out, *inputs)``, or ``f(*inputs)`` making the
+    result), whose header checks refuse other arrays."""
+
+    __slots__ = ("broadcast", "axis", "new", "entry", "entries")
+
+    def __init__(self, broadcast, axis, new: bool, entry, entries: Entries) -> None:
+        self.broadcast, self.axis, self.new, self.entry = broadcast, axis, new, entry
+        self.entries = entries  # keeps the meta and dtypes the entry reads alive
+
+
+def _remember_user(key, launch, target, arrays, out, broadcast, axis) -> UserRepeat | None:
+    """The :class:`UserRepeat` of a serial user-op call that just ran, or None (no compiled
+    entry here, or a new result the entry cannot make)."""
+    h = _HEADERS.get(key)
+    if h is None:
+        meta = cpu.kernels.header_checks(launch.metas.build(threads=1), (target, *arrays))
+        if meta is None:
+            return None
+        fastcall.verify_user(launch, target, arrays, out is None)
+        size, nin = math.prod(target.shape), len(arrays)
+        makes = (target.dtype, target.shape) if out is None and launch.makes_c_order() \
+            else None
+        h = _HEADERS[key] = Entries(
+            meta, tuple(a.dtype for a in (target, *arrays)),
+            fastcall.bind_user(launch.task, meta, size, nin),
+            fastcall.bind_user(launch.task, meta, size, nin, makes) if makes else None)
+    entry = h.out if out is not None else h.new
+    return None if entry is None else UserRepeat(broadcast, axis, out is None, entry, h)
 
 
 def parallel_again(memo: Memo, r: Repeat, x, y, out):
@@ -529,5 +563,5 @@ def _after_fork_in_child() -> None:
     change): they launch on the child's own."""
     for memo in MEMOS:
         for r in (memo.latest, memo.before):
-            if r is not None:
+            if type(r) is Repeat:  # (a user op's repeat is serial: it reads no pool)
                 r.quiet = None
