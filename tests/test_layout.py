@@ -230,3 +230,22 @@ def test_the_private_interface_scan_finds_each_kind():
     assert found == {"numba.core.registry", "from foo._bar import baz",
                      "L._optimize_final_module", "._is_initialized", "._lock",
                      "ctypes.pythonapi", "no_cpython_wrapper"}, found
+
+
+def test_a_struct_is_numbered_from_its_one_definition():
+    """jitops.cpu.layout: words in order, ``:n`` widths, ``|`` a new cache line, ``SIZE``;
+    ``fill`` places every field by name and refuses a missing or unknown one."""
+    import pytest
+
+    from jitops.cpu import layout
+
+    s = layout.struct("S", "A B:3 | C D")
+    assert (s.A, s.B, s.C, s.D, s.SIZE) == (0, 1, 8, 9, 10)
+    assert layout.fill(s, A=1, B=[2, 3, 4], C=5, D=6) == [1, 2, 3, 4, 0, 0, 0, 0, 5, 6]
+    with pytest.raises(ValueError, match="missing or unknown"):
+        layout.fill(s, A=1, B=[2, 3, 4], C=5)
+    with pytest.raises(ValueError, match="missing or unknown"):
+        layout.fill(s, A=1, B=[2, 3, 4], C=5, E=6)
+    # the meta's per-operand words sit where the kernels read them
+    assert layout.shape_at(3) == layout.META.SIZE + 3
+    assert layout.checks_at(3, 2) == layout.META.SIZE + 3 + 2 + 3 * 2

@@ -68,10 +68,12 @@ else:
         import torch
         tt = torch.ones(1 << 20)
         ts = []
-        for _ in range(40):
-            torch.add(tt, 1.0)
-            ts.append(timed())
-        out["after_torch_op"] = sorted(ts[5:])[len(ts[5:]) // 2]
+        for _ in range(60):  # the pair: one PyTorch op, then one of jitops
+            t = time.perf_counter()
+            torch.add(tt, 1.0, out=tt)
+            jitops.subtract(big, big, out=bo)
+            ts.append(time.perf_counter() - t)
+        out["with_torch_op"] = sorted(ts[10:])[len(ts[10:]) // 2]
 print(json.dumps(out))
 """
 
@@ -82,14 +84,14 @@ HOOKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "wrapperless": ("compile", ("first_call",)),
     "numba_cache": ("cached", ("first_call",)),
     "futex_pool": ("calls", ("after_2ms_idle",)),
-    "gomp_team": ("torch", ("after_torch_op",)),
+    "gomp_team": ("torch", ("with_torch_op",)),
     "refcounts": ("calls", ("large_new_result",)),
     "ndarray_header": ("calls", ("repeat_8_out", "repeat_8_new")),
     "fastcall": ("calls", ("repeat_8_out", "repeat_8_new", "new_shape")),
 }
 
 LABELS = {"first_call": "first call", "after_2ms_idle": "1e6 `out=` after 2 ms idle",
-          "after_torch_op": "1e6 `out=` after a PyTorch op",
+          "with_torch_op": "a PyTorch op, then a 1e6 `out=` (the pair)",
           "large_new_result": "1e7 new result", "repeat_8_out": "repeated 8, `out=`",
           "repeat_8_new": "repeated 8, new result",
           "new_shape": "a new length (100-5,000) each call"}
@@ -103,7 +105,7 @@ def _child(kind: str, env: dict[str, str]) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def run(scale: float, progress: Callable[[str], None], repeats: int = 3) -> dict:
+def run(scale: float, progress: Callable[[str], None], repeats: int = 5) -> dict:
     """Every speed hook on and off, ``repeats`` processes each, alternating."""
     has_torch = importlib.util.find_spec("torch") is not None
     hooks = {h: v for h, v in HOOKS.items() if v[0] != "torch" or has_torch}
@@ -126,7 +128,11 @@ def run(scale: float, progress: Callable[[str], None], repeats: int = 3) -> dict
         for hook, (kind, keys) in hooks.items():
             on, off = samples[(kind, "")], samples[(kind, hook)]
             results[hook] = {k: {"on_s": median([s[k] for s in on]),
-                                 "off_s": median([s[k] for s in off])} for k in keys}
+                                 "off_s": median([s[k] for s in off]),
+                                 "on_range_s": [min(s[k] for s in on), max(s[k] for s in on)],
+                                 "off_range_s": [min(s[k] for s in off),
+                                                 max(s[k] for s in off)]}
+                             for k in keys}
     return {"hooks": results, "processes_per_side": len(next(iter(samples.values())))}
 
 
@@ -138,12 +144,19 @@ def markdown(res: dict) -> str:
     lines = ["### Hooks: what each private interface buys",
              "",
              f"Each hook off (`JITOPS_DISABLE_HOOKS`) against every hook on, in fresh processes "
-             f"({res['processes_per_side']} each, alternating, medians); *gain* is off / on.",
+             f"({res['processes_per_side']} each, alternating): medians, and the range over "
+             f"the processes; *gain* is off / on (within the ranges' overlap: noise).",
              "",
              "| hook | measured | on | off | gain |",
              "|---|---|---:|---:|---:|"]
+
+    def cell(v, side):
+        lo, hi = v.get(f"{side}_range_s", (None, None))
+        spread = f" ({_t(lo)}-{_t(hi)})" if lo is not None else ""
+        return _t(v[f"{side}_s"]) + spread
+
     for hook, rows in res["hooks"].items():
         for key, v in rows.items():
-            lines.append(f"| `{hook}` | {LABELS[key]} | {_t(v['on_s'])} | {_t(v['off_s'])} | "
+            lines.append(f"| `{hook}` | {LABELS[key]} | {cell(v, 'on')} | {cell(v, 'off')} | "
                          f"{v['off_s'] / v['on_s']:.2f}× |")
     return "\n".join(lines) + "\n"

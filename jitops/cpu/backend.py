@@ -340,7 +340,10 @@ class Launch:
 
 def header_checks(launch: Launch, arrays, threads: int = 1) -> np.ndarray | None:
     """The meta of ``launch`` for ``threads`` with header checks for ``arrays`` (target, x,
-    y): see :func:`jitops.cpu.kernels.header_checks`."""
+    y): see :func:`jitops.cpu.kernels.header_checks`; None at once where the ndarray layout
+    is not verified (no meta built)."""
+    if kernels.HEADER_OFFSETS is None:
+        return None
     return kernels.header_checks(launch.metas.build(threads=threads), arrays)
 
 

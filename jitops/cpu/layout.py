@@ -35,18 +35,23 @@ def struct(name: str, fields: str):
 def fill(layout, **values) -> list[int]:
     """The words of ``layout`` from every field's value, by name; a sequence fills the words
     from its field on (the last field's may run past ``SIZE``)."""
-    names = set(layout._fields) - {"SIZE"}
-    if names != values.keys():
-        raise ValueError(f"{type(layout).__name__}: fields {sorted(names ^ values.keys())} "
-                         "missing or unknown")
+    index = _INDEX.get(type(layout))
+    if index is None:
+        index = _INDEX[type(layout)] = {n: getattr(layout, n) for n in layout._fields[:-1]}
+    if len(values) != len(index) or not index.keys() >= values.keys():
+        raise ValueError(f"{type(layout).__name__}: fields "
+                         f"{sorted(index.keys() ^ values.keys())} missing or unknown")
     words = [0] * layout.SIZE
     for name, value in values.items():
-        at = getattr(layout, name)
+        at = index[name]
         if isinstance(value, (tuple, list)):
             words[at:at + len(value)] = value
         else:
             words[at] = value
     return words
+
+
+_INDEX: dict[type, dict[str, int]] = {}
 
 
 #: The meta of a kernel launch, built-in (three operands: out, x, y) and user op alike: the

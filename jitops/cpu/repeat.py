@@ -516,7 +516,7 @@ def _remember_user(key, launch, target, arrays, out, broadcast, axis) -> UserRep
     entry here, or a new result the entry cannot make)."""
     h = _HEADERS.get(key)
     if h is None:
-        meta = cpu.kernels.header_checks(launch.metas.build(threads=1), (target, *arrays))
+        meta = cpu.header_checks(launch, (target, *arrays))
         if meta is None:
             return None
         fastcall.verify_user(launch, target, arrays, out is None)
