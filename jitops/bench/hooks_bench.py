@@ -141,9 +141,8 @@ def _t(s: float) -> str:
 
 
 def markdown(res: dict) -> str:
-    lines = ["### Hooks: what each private interface buys",
-             "",
-             f"Each hook off (`JITOPS_DISABLE_HOOKS`) against every hook on, in fresh processes "
+    lines = [f"Hooks, what each private interface buys: each hook off (`JITOPS_DISABLE_HOOKS`) "
+             f"against every hook on, in fresh processes "
              f"({res['processes_per_side']} each, alternating): medians, and the range over "
              f"the processes; *gain* is off / on (within the ranges' overlap: noise).",
              "",

@@ -283,6 +283,20 @@ def _like(a: np.ndarray) -> np.ndarray:
     return np.ndarray(a.shape, a.dtype, buffer=buf, offset=-lo, strides=a.strides)
 
 
+def _made_right(make, status: int, want: np.ndarray) -> bool:
+    """Whether the new result an entry makes (``make()``: it, or ``(status, it)``) is
+    ``want``: the same dtype, shape and bytes, C-ordered, its own memory, referenced by nobody
+    else (held only here: no argument reference counts on any Python)."""
+    r = make()
+    if status != kernels.OK:
+        if not (type(r) is tuple and r[0] == status):
+            return False
+        r = r[1]
+    return (type(r) is np.ndarray and r.dtype == want.dtype and r.shape == want.shape
+            and r.flags.c_contiguous and r.flags.owndata and r.tobytes() == want.tobytes()
+            and sys.getrefcount(r) == 2)
+
+
 def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result: bool) -> None:
     """Once per process and path, on the first serial launch kept: run the entry bound to it and
     Numba's wrapper on the same operands into fresh arrays of ``target``'s layout (and the
@@ -306,16 +320,7 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
               and f(got, x, y) == status and got.tobytes() == want.tobytes())
         got[...] = 0
         ok = ok and g(got, x, y) == status and got.tobytes() == want.tobytes()
-        if ok and makes:
-            r = f(x, y)
-            if status != kernels.OK:
-                ok = type(r) is tuple and r[0] == status
-                r = r[1] if ok else None
-            ok = ok and (type(r) is np.ndarray and r.dtype == target.dtype
-                         and r.shape == target.shape and r.flags.c_contiguous
-                         and r.flags.owndata and r.tobytes() == want.tobytes()
-                         and sys.getrefcount(r) == 2)
-            r = None
+        ok = ok and (not makes or _made_right(lambda: f(x, y), status, want))
         got[...] = 0
         ro = _like(target)
         ro.flags.writeable = False
@@ -346,15 +351,7 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
                         (got.dtype, got.shape) if makes else None, nin=len(inputs)))
         ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
               and f(got, *inputs) == status and got.tobytes() == want.tobytes())
-        if ok and makes:
-            r = f(*inputs)
-            if status != kernels.OK:
-                ok = type(r) is tuple and r[0] == status
-                r = r[1] if ok else None
-            ok = ok and (type(r) is np.ndarray and r.dtype == target.dtype
-                         and r.shape == target.shape and r.flags.c_contiguous
-                         and r.tobytes() == want.tobytes() and sys.getrefcount(r) == 2)
-            r = None
+        ok = ok and (not makes or _made_right(lambda: f(*inputs), status, want))
         got[...] = 0
         ro = _like(target)
         ro.flags.writeable = False
