@@ -42,7 +42,6 @@ STATUSES = tuple(range(N_STATUS))
 #: them from 500; taking and giving back the GIL costs ~0.1 us, 2% of a call this size).
 RELEASE_GIL_FROM = 16384
 _serial = kernels.KERNELS["serial"]
-_userial = nary.KERNELS["serial"]
 
 
 def _c_caller(n: int, restype, vararg: bool = False):
@@ -72,6 +71,7 @@ _call1v = _c_caller(1, types.void)
 _call0 = _c_caller(0, types.int64)
 _pack2 = _c_caller(3, types.int64, vararg=True)
 _call8 = _c_caller(8, types.int64)
+_call3 = _c_caller(3, types.int64)
 
 
 @c_entry
@@ -119,7 +119,7 @@ def _repeat(self, args, nargs):
                     refs[0] = target
                     for i in range(nin):
                         refs[i + 1] = a[first + i]
-                    status = _userial(block[B.TASK], address_of(refs), meta)
+                    status = _call3(block[B.DRIVER], block[B.TASK], address_of(refs), meta)
                 if saved != 0:
                     _call1v(block[B.RESTORE], saved)
             else:  # the allocation failed: its error cleared, MISMATCH, and the pipeline
@@ -218,7 +218,7 @@ def _functions() -> tuple[int, ...]:
 
 
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
-           cls: np.ndarray | None = None, nin: int = 0) -> np.ndarray:
+           cls: np.ndarray | None = None, nin: int = 0, driver: int = 0) -> np.ndarray:
     """The words :func:`_repeat` reads (jitops.cpu.layout.BLOCK). ``result``: (dtype, shape)
     of the C-ordered new result the entry makes, or None; ``wake``: a pool control block to
     wake first, or 0; ``cls``: a shape class's words (``size`` then is the class's limit)."""
@@ -233,7 +233,7 @@ def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
         PACK=pack, CLEAR=clear, SAVE=save, RESTORE=restore, NEW=new, TYPE=id(np.ndarray),
         DESCR=id(dtype), ND=len(shape), WAKE=wake,
         CLASS=0 if cls is None else cls.__array_interface__["data"][0], NIN=nin,
-        STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
+        DRIVER=driver, STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
 
 
 def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
@@ -256,7 +256,7 @@ def bind_user(task: int, meta: np.ndarray, size: int, nin: int, result=None):
     if "user" not in _VERIFIED or (result is not None and "user-new" not in _VERIFIED) \
             or not hooks.ok("fastcall"):
         return None
-    return _new(_block(task, meta, size, result, nin=nin))
+    return _new(_block(task, meta, size, result, nin=nin, driver=nary.serial_address()))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls", ("jitops.cpu.fastcall",))
@@ -348,7 +348,8 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
         status = launch.serial_status(want, inputs)
         meta = kernels.header_checks(launch.metas.build(threads=1), (got, *inputs))
         f = _new(_block(launch.task, meta, int(np.prod(target.shape)),
-                        (got.dtype, got.shape) if makes else None, nin=len(inputs)))
+                        (got.dtype, got.shape) if makes else None, nin=len(inputs),
+                        driver=nary.serial_address()))
         ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
               and f(got, *inputs) == status and got.tobytes() == want.tobytes())
         ok = ok and (not makes or _made_right(lambda: f(*inputs), status, want))

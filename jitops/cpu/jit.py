@@ -211,8 +211,11 @@ def c_entry(fn):
                          pipeline_class=_DriverCompiler)
 
 
-def driver(fn):
+def driver(fn, c_callable: bool = False):
     """``@njit(**ENTRY)`` for a serial or pooled driver, optimised lightly
-    (:class:`_DriverLibrary`)."""
-    return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **ENTRY},
+    (:class:`_DriverLibrary`); ``c_callable``: with Numba's C-callable wrapper too (a compiled
+    entry calls it through its address)."""
+    opts = {**ENTRY, "no_cfunc_wrapper": False} if c_callable and "no_cfunc_wrapper" in ENTRY \
+        else ENTRY
+    return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **opts},
                          pipeline_class=_DriverCompiler)

@@ -949,12 +949,13 @@ def renamed(fn, name: str):
     return new
 
 
-def driver_table(drive, pooled, name: str, **more) -> dict:
+def driver_table(drive, pooled, name: str, c_serial: bool = False, **more) -> dict:
     """A kernel family's drivers: ``drive`` (the checks, then every task under ``prange``)
-    compiled with ``parallel=True`` and serially, and ``pooled`` (the checks, then the tasks
-    on jitops' own pool, jitops.cpu.pool); with ``more`` entries, each cached on disk."""
+    compiled with ``parallel=True`` and serially (``c_serial``: C-callable too), and
+    ``pooled`` (the checks, then the tasks on jitops' own pool, jitops.cpu.pool); with
+    ``more`` entries, each cached on disk."""
     table = {"parallel": njit(parallel=True, **ENTRY)(renamed(drive, f"_{name}_parallel")),
-             "serial": driver(renamed(drive, f"_{name}_serial")),
+             "serial": driver(renamed(drive, f"_{name}_serial"), c_serial),
              "pooled": driver(renamed(pooled, f"_{name}_pooled")), **more}
     for k in table.values():  # the on-disk cache (off with JITOPS_CACHE=0 or nowhere to write)
         cache.enable(k)

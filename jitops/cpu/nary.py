@@ -613,7 +613,20 @@ def _upooled(task, prefs, pmeta, ctl, workers):
 
 
 # never _utask_local cached (per-process functions would grow the cache)
-KERNELS = driver_table(_udrive, _upooled, "ukernel", task=_utask_cached)
+KERNELS = driver_table(_udrive, _upooled, "ukernel", c_serial=True, task=_utask_cached)
+_SERIAL_C: list = []
+
+
+def serial_address() -> int:
+    """The C-callable address of the serial driver, ``int64 f(task, refs, meta)``: what a
+    compiled entry (jitops.cpu.fastcall) calls, so that it compiles without the N-ary
+    driver until a user op needs it."""
+    if not _SERIAL_C:
+        d, sig = KERNELS["serial"], (_I64,) * 3
+        registries.compile_with(lambda: d.compile(sig))
+        cres = d.overloads[sig]
+        _SERIAL_C.append(cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name))
+    return _SERIAL_C[0]
 _TASKS: dict = {}
 
 
