@@ -283,6 +283,28 @@ def _like(a: np.ndarray) -> np.ndarray:
     return np.ndarray(a.shape, a.dtype, buffer=buf, offset=-lo, strides=a.strides)
 
 
+def _refuses(f, got: np.ndarray, inputs: tuple) -> bool:
+    """Whether entry ``f`` refuses, writing nothing into ``got`` (zeroed first): no operands,
+    one too many, a Python float for the last input, and a read-only out of ``got``'s
+    layout."""
+    got[...] = 0
+    ro = _like(got)
+    ro.flags.writeable = False
+    return (f() == kernels.MISMATCH and f(got, *inputs, inputs[-1]) == kernels.MISMATCH
+            and f(got, *inputs[:-1], 1.0) == kernels.MISMATCH
+            and f(ro, *inputs) == kernels.READ_ONLY
+            and not np.frombuffer(got.tobytes(), np.uint8).any())
+
+
+def _settle(ok, paths: tuple[str, ...], differed: str) -> None:
+    """A verification's end: ``paths`` verified where ``ok`` is True; else the hook turned
+    off, saying why (``ok``: an exception's text, or False: ``differed``)."""
+    if ok is True:
+        _VERIFIED.update(paths)
+    else:
+        hooks.fail("fastcall", ok or differed)
+
+
 def _made_right(make, status: int, want: np.ndarray) -> bool:
     """Whether the new result an entry makes (``make()``: it, or ``(status, it)``) is
     ``want``: the same dtype, shape and bytes, C-ordered, its own memory, referenced by nobody
@@ -321,20 +343,11 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
         got[...] = 0
         ok = ok and g(got, x, y) == status and got.tobytes() == want.tobytes()
         ok = ok and (not makes or _made_right(lambda: f(x, y), status, want))
-        got[...] = 0
-        ro = _like(target)
-        ro.flags.writeable = False
-        ok = ok and (f() == kernels.MISMATCH and f(got, x, y, y) == kernels.MISMATCH
-                     and f(got, x, 1.0) == kernels.MISMATCH and g(x, y) == kernels.MISMATCH
-                     and f(ro, x, y) == kernels.READ_ONLY
-                     and not np.frombuffer(got.tobytes(), np.uint8).any())
+        ok = ok and g(x, y) == kernels.MISMATCH and _refuses(f, got, (x, y))
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
-        hooks.fail("fastcall", f"{type(e).__name__}: {e}")
-        return
-    if not ok:
-        hooks.fail("fastcall", "its first run differed from Numba's wrapper")
-        return
-    _VERIFIED.update(("out", "new") if makes else ("out",))
+        ok = f"{type(e).__name__}: {e}"
+    _settle(ok, ("out", "new") if makes else ("out",), "its first run differed from Numba's "
+            "wrapper")
 
 
 def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> None:
@@ -353,17 +366,8 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
         ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
               and f(got, *inputs) == status and got.tobytes() == want.tobytes())
         ok = ok and (not makes or _made_right(lambda: f(*inputs), status, want))
-        got[...] = 0
-        ro = _like(target)
-        ro.flags.writeable = False
-        ok = ok and (f() == kernels.MISMATCH and f(got, *inputs, got) == kernels.MISMATCH
-                     and f(got, *inputs[:-1], 1.0) == kernels.MISMATCH
-                     and f(ro, *inputs) == kernels.READ_ONLY
-                     and not np.frombuffer(got.tobytes(), np.uint8).any())
+        ok = ok and _refuses(f, got, inputs)
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
-        hooks.fail("fastcall", f"{type(e).__name__}: {e}")
-        return
-    if not ok:
-        hooks.fail("fastcall", "its first run of a user op differed from the driver's")
-        return
-    _VERIFIED.update(("user", "user-new") if makes else ("user",))
+        ok = f"{type(e).__name__}: {e}"
+    _settle(ok, ("user", "user-new") if makes else ("user",), "its first run of a user op "
+            "differed from the driver's")
