@@ -21,18 +21,25 @@ def test_help_lists_the_commands():
     assert "``" not in r.stdout and "``" not in _run("bench", "--help").stdout  # no RST
 
 
-def test_bench_leaves_the_committed_results_alone_unless_asked(tmp_path):
-    """A plain run writes ./jitops-bench-results in the working directory; only
-    --update-results replaces benchmarks/results."""
+def test_bench_runs_with_progress_and_leaves_the_committed_results_alone(tmp_path):
+    """A plain run shows its progress and writes ./jitops-bench-results in the working
+    directory (json, markdown, plot); only --update-results replaces benchmarks/results."""
     from jitops.bench import run
 
     committed = Path(run.checkout_results()) / "latest.json"
     before = committed.stat().st_mtime_ns
     r = subprocess.run([sys.executable, "-m", "jitops", "bench", "--quick", "--cases",
-                        "overhead", "--no-sweep"], cwd=tmp_path, capture_output=True,
-                       text=True, timeout=600)
+                        "overhead", "row_bcast", "--no-sweep"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr
-    assert (tmp_path / "jitops-bench-results" / "latest.json").is_file()
+    assert "[1/2]" in r.stderr and "[2/2]" in r.stderr  # progress
+    out = tmp_path / "jitops-bench-results"
+    res = json.loads((out / "latest.json").read_text())
+    assert sorted(c["key"] for c in res["cases"]) == ["overhead", "row_bcast"]
+    assert {"threading_layer", "threads", "cpu", "numpy", "numba"} <= set(res["machine"])
+    assert res["bandwidth_probe"]["stream_sub_GBps"] > 0
+    assert "| case |" in (out / "latest.md").read_text()
+    assert (out / "latest.png").stat().st_size > 1000
     assert committed.stat().st_mtime_ns == before
     r = _run("bench", "--update-results", "--out", str(tmp_path))
     assert r.returncode == 2 and "not allowed with" in r.stderr
@@ -55,19 +62,6 @@ def test_demo_prints_the_seed_results():
     # the user op: relu(x * w + b) with w, b per channel
     assert "relu(x * w + b)" in r.stdout
     assert "[0. , 1. , 1. , 3. , 3.5, 0. , 0. , 1. ]  (float32)" in r.stdout
-
-
-def test_bench_runs_with_progress_and_writes_results(tmp_path):
-    r = _run("bench", "--quick", "--cases", "overhead", "row_bcast", "--no-cold", "--no-sweep",
-             "--out", str(tmp_path))
-    assert r.returncode == 0, r.stderr
-    assert "[1/2]" in r.stderr and "[2/2]" in r.stderr  # progress
-    res = json.loads((tmp_path / "latest.json").read_text())
-    assert sorted(c["key"] for c in res["cases"]) == ["overhead", "row_bcast"]
-    assert {"threading_layer", "threads", "cpu", "numpy", "numba"} <= set(res["machine"])
-    assert res["bandwidth_probe"]["stream_sub_GBps"] > 0
-    assert "| case |" in (tmp_path / "latest.md").read_text()
-    assert (tmp_path / "latest.png").stat().st_size > 1000
 
 
 def test_bench_help_is_the_suites():
