@@ -232,7 +232,22 @@ class StoreChoice:
         return self.chosen
 
 
-class Launch:
+class _Output:
+    """What a launch's new result is: ``shape``, ``dtype`` and byte ``strides`` (None:
+    C-ordered), set by the launch."""
+
+    __slots__ = ()
+
+    def new_output(self) -> np.ndarray:
+        return _new_array(self.shape, self.dtype, self.strides)
+
+    def makes_c_order(self) -> bool:
+        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
+        return self.strides is None and \
+            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
+
+
+class Launch(_Output):
     """Everything one call needs once its arrays are known: compiled task, metas, output layout;
     kept per call geometry for repeats. While a write-only output's stores are chosen (``choice``,
     :class:`StoreChoice`) it is not memoised, so every call comes through :meth:`run`.
@@ -263,14 +278,6 @@ class Launch:
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
         self.maker = None  # output_maker's, once asked for
-
-    def new_output(self) -> np.ndarray:
-        return _new_array(self.shape, self.dtype, self.strides)
-
-    def makes_c_order(self) -> bool:
-        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
-        return self.strides is None and \
-            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
 
     def output_maker(self) -> Callable[[], np.ndarray]:
         """:meth:`new_output` as a callable a repeat keeps: ``np.empty`` bound to the shape and
@@ -386,7 +393,7 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
 
 
 
-class UserLaunch:
+class UserLaunch(_Output):
     """A user op's launch once its arrays' geometry is known (the fast path keeps these, as
     it keeps :class:`Launch` for the built-ins): compiled task and meta. The kernel re-checks
     what can differ between calls of the same geometry (alignment, out writeable, overlap of
@@ -402,31 +409,19 @@ class UserLaunch:
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
 
-    def new_output(self) -> np.ndarray:
-        return _new_array(self.shape, self.dtype, self.strides)
-
-    def makes_c_order(self) -> bool:
-        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
-        return self.strides is None and \
-            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
-
-    def serial_status(self, target: np.ndarray, inputs) -> int:
-        """The serial driver's status for these operands (their objects given as the kernel
-        reads them), without reporting: what a compiled entry is compared with."""
-        refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)
-        return entry_point(nary.KERNELS["serial"], _SIG3)(self.task, _address(refs),
-                                                           self.metas.address(1))
+    def status(self, target: np.ndarray, inputs, threads: int) -> int:
+        """The drivers' status for these operands on ``threads`` threads, not reported (what a
+        compiled entry is also compared with)."""
+        refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)  # this call's own
+        args = (self.task, _address(refs), self.metas.address(threads))
+        if threads > 1:
+            return parallel.launch(drivers(nary.KERNELS, _SIG3), args, threads)
+        return entry_point(nary.KERNELS["serial"], _SIG3)(*args)
 
     def run(self, target: np.ndarray, inputs, fname: str, out) -> bool:
         """Launch; False (nothing written) when a check fails and the pipeline must decide."""
-        refs = np.array([ref(target), *[ref(a) for a in inputs]], np.int64)  # this call's own
         n = parallel.num_threads() if self.parallel else 1
-        args = (self.task, _address(refs), self.metas.address(n))
-        if n > 1:
-            status = parallel.launch(drivers(nary.KERNELS, _SIG3), args, n)
-        else:
-            status = entry_point(nary.KERNELS["serial"], _SIG3)(*args)
-        return self.finish(status, target, fname, out)
+        return self.finish(self.status(target, inputs, n), target, fname, out)
 
     @staticmethod
     def finish(status: int, target: np.ndarray, fname: str, out) -> bool:

@@ -237,26 +237,19 @@ def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
 
 
 def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
-         cls: np.ndarray | None = None):
+         cls: np.ndarray | None = None, nin: int = 0):
     """The compiled entry for serial ``task`` and ``meta`` (with header checks, outliving it;
-    ``size`` elements): ``f(out, x, y) -> status``, and with ``result`` = (dtype, shape) ``f(x, y)``
-    making the result; ``wake``: a pool control block whose sleepers it wakes first; ``cls``: a
-    shape class's words, ``meta`` then the planner's for one call. None where the hook is off or not
-    verified (:func:`verify`).
-    """
-    if not _VERIFIED or (result is not None and "new" not in _VERIFIED) \
+    ``size`` elements): ``f(out, x, y) -> status``, and with ``result`` = (dtype, shape)
+    ``f(x, y)`` making the result; ``wake``: a pool control block whose sleepers it wakes
+    first; ``cls``: a shape class's words, ``meta`` then the planner's for one call; ``nin``:
+    a user op's task of ``nin`` inputs (``f(out, *inputs)``, ``f(*inputs)``). None where the
+    hook is off or the path not verified (:func:`verify`, :func:`verify_user`)."""
+    paths = ("user", "user-new") if nin else ("out", "new")
+    if paths[0] not in _VERIFIED or (result is not None and paths[1] not in _VERIFIED) \
             or not hooks.ok("fastcall"):
         return None
-    return _new(_block(task, meta, size, result, wake, cls))
-
-
-def bind_user(task: int, meta: np.ndarray, size: int, nin: int, result=None):
-    """:func:`bind` for a user op's serial task of ``nin`` inputs: ``f(out, *inputs)``, and
-    with ``result`` ``f(*inputs)``. None where the hook is off or this path not verified."""
-    if "user" not in _VERIFIED or (result is not None and "user-new" not in _VERIFIED) \
-            or not hooks.ok("fastcall"):
-        return None
-    return _new(_block(task, meta, size, result, nin=nin, driver=nary.serial_address()))
+    return _new(_block(task, meta, size, result, wake, cls, nin,
+                       nary.serial_address() if nin else 0))
 
 
 @hooks.register("fastcall", "Numba's CPython wrapper for repeated calls", ("jitops.cpu.fastcall",))
@@ -358,7 +351,7 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
         return
     try:
         want, got = _like(target), _like(target)
-        status = launch.serial_status(want, inputs)
+        status = launch.status(want, inputs, 1)
         meta = kernels.header_checks(launch.metas.build(threads=1), (got, *inputs))
         f = _new(_block(launch.task, meta, int(np.prod(target.shape)),
                         (got.dtype, got.shape) if makes else None, nin=len(inputs),

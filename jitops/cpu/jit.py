@@ -215,7 +215,6 @@ def driver(fn, c_callable: bool = False):
     """``@njit(**ENTRY)`` for a serial or pooled driver, optimised lightly
     (:class:`_DriverLibrary`); ``c_callable``: with Numba's C-callable wrapper too (a compiled
     entry calls it through its address)."""
-    opts = {**ENTRY, "no_cfunc_wrapper": False} if c_callable and "no_cfunc_wrapper" in ENTRY \
-        else ENTRY
+    opts = {**ENTRY, **hooks.wrapperless(no_cfunc_wrapper=False)} if c_callable else ENTRY
     return CPUDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **opts},
                          pipeline_class=_DriverCompiler)

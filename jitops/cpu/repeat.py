@@ -525,8 +525,8 @@ def _remember_user(key, launch, target, arrays, out, broadcast, axis) -> UserRep
             else None
         h = _HEADERS[key] = Entries(
             meta, tuple(a.dtype for a in (target, *arrays)),
-            fastcall.bind_user(launch.task, meta, size, nin),
-            fastcall.bind_user(launch.task, meta, size, nin, makes) if makes else None)
+            fastcall.bind(launch.task, meta, size, nin=nin),
+            fastcall.bind(launch.task, meta, size, makes, nin=nin) if makes else None)
     entry = h.out if out is not None else h.new
     return None if entry is None else UserRepeat(broadcast, axis, out is None, entry, h)
 
