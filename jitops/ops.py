@@ -81,18 +81,72 @@ FloatingPointError
 Examples
 --------
 >>> import numpy as np, jitops
->>> x = np.ones((2, 3, 4, 5), np.float32)
->>> jitops.{name}(x, np.ones((3, 4), np.float32), broadcast="pdpd", axis=1).shape
+>>> x = np.ones((2, 3, 4, 5), np.{dtype})
+>>> jitops.{name}(x, np.ones((3, 4), np.{dtype}), broadcast="pdpd", axis=1).shape
 (2, 3, 4, 5)
 """
 
 
-def _make(op: str) -> BinaryOp:
-    fn = public_op(op, op)
-    fn.__name__ = fn.__qualname__ = op
+_EXACT = "Bit for bit NumPy's answer, NaN, signed zeros and integer edge cases included."
+_ULP = ("Within 1 ulp of NumPy's answer (both call the C library; NumPy may use its own "
+        "vector code), with its inf, NaN and zero rules exact.")
+_NO_ACT = " It takes no ``act=`` (TypeError)."
+_FAMILY = {
+    "floor_divide": ("x // y (floored)", "Integers: 0 with NumPy's divide-by-zero warning for a "
+                     "zero divisor, the minimum with its overflow warning for minimum // -1. "
+                     "Floats: NumPy's ``npy_floor_divide``. " + _EXACT),
+    "remainder": ("x % y (the divisor's sign, Python's)", "Integers: 0 with NumPy's "
+                  "divide-by-zero warning for a zero divisor. Floats: NumPy's "
+                  "``npy_remainder`` (a zero result takes y's sign). Alias ``mod``. " + _EXACT),
+    "fmod": ("C's fmod(x, y) (the dividend's sign)", "Integers: 0 with NumPy's divide-by-zero "
+             "warning for a zero divisor. " + _EXACT),
+    "power": ("x ** y", "Integers wrap, as NumPy's; a negative integer exponent raises NumPy's "
+              "ValueError before anything is written. Complex operands are not supported yet "
+              "(TypeError). Integers: " + _EXACT + " Floats: " + _ULP),
+    "float_power": ("x ** y in float64 (or wider)", "Integers and float16/32 promote to "
+                    "float64, as NumPy's. Complex operands are not supported yet (TypeError). "
+                    + _ULP),
+    "copysign": ("x with the sign of y", _EXACT),
+    "heaviside": ("the Heaviside step of x, y at 0", "NaN where x is NaN. " + _EXACT),
+    "arctan2": ("atan2(x, y)", _ULP),
+    "hypot": ("sqrt(x**2 + y**2) without overflow", _ULP),
+    "logaddexp": ("log(exp(x) + exp(y))", _ULP),
+    "logaddexp2": ("log2(2**x + 2**y)", _ULP),
+    "ldexp": ("x * 2**y, y an integer", _EXACT),
+    "gcd": ("the greatest common divisor of |x| and |y|", "Integers only. " + _EXACT),
+    "lcm": ("the least common multiple of |x| and |y|", "Integers only; wraps as NumPy's. "
+            + _EXACT),
+    "bitwise_and": ("x & y", "Integers and bools. " + _EXACT + _NO_ACT),
+    "bitwise_or": ("x | y", "Integers and bools. " + _EXACT + _NO_ACT),
+    "bitwise_xor": ("x ^ y", "Integers and bools. " + _EXACT + _NO_ACT),
+    "left_shift": ("x << y", "A count outside [0, bits) gives 0, as NumPy's. " + _EXACT
+                   + _NO_ACT),
+    "right_shift": ("x >> y (arithmetic)", "A count outside [0, bits) gives 0, or -1 for a "
+                    "negative x, as NumPy's. " + _EXACT + _NO_ACT),
+    "logical_and": ("x and y (truth values)", "A bool result; NaN is true. " + _EXACT + _NO_ACT),
+    "logical_or": ("x or y (truth values)", "A bool result; NaN is true. " + _EXACT + _NO_ACT),
+    "logical_xor": ("x xor y (truth values)", "A bool result; NaN is true. " + _EXACT
+                    + _NO_ACT),
+    "equal": ("x == y", "A bool result; NaN is unequal to everything. " + _EXACT + _NO_ACT),
+    "not_equal": ("x != y", "A bool result; NaN is unequal to everything. " + _EXACT
+                  + _NO_ACT),
+    "less": ("x < y", "A bool result, false for NaN; int64 and uint64 compared exactly, as "
+             "NumPy 2 does, and complex numbers lexicographically. " + _EXACT + _NO_ACT),
+    "less_equal": ("x <= y", "As :func:`jitops.less`. " + _EXACT + _NO_ACT),
+    "greater": ("x > y", "As :func:`jitops.less`. " + _EXACT + _NO_ACT),
+    "greater_equal": ("x >= y", "As :func:`jitops.less`. " + _EXACT + _NO_ACT),
+}
+
+
+def _make(op: str, name: str | None = None) -> BinaryOp:
+    name = name or op
+    fn = public_op(op, name)
+    fn.__name__ = fn.__qualname__ = name
     fn.__module__ = "jitops"
-    math, notes = _MATH[op]
-    fn.__doc__ = _DOC.format(math=math, notes=notes, name=op, acts=", ".join(ACT_NAMES))
+    math, notes = _MATH[op] if op in _MATH else _FAMILY[op]
+    integers = op in ("ldexp", "gcd", "lcm") or op.startswith(("bitwise", "left", "right"))
+    fn.__doc__ = _DOC.format(math=math, notes=notes, name=name, acts=", ".join(ACT_NAMES),
+                             dtype="int32" if integers else "float32")
     return fn
 
 
@@ -104,6 +158,37 @@ maximum: BinaryOp = _make("maximum")
 minimum: BinaryOp = _make("minimum")
 fmax: BinaryOp = _make("fmax")
 fmin: BinaryOp = _make("fmin")
+
+# -- NumPy's binary family (jitops.core.catalog) -------------------------------------------------
+floor_divide: BinaryOp = _make("floor_divide")
+remainder: BinaryOp = _make("remainder")
+mod: BinaryOp = _make("remainder", "mod")
+fmod: BinaryOp = _make("fmod")
+power: BinaryOp = _make("power")
+float_power: BinaryOp = _make("float_power")
+copysign: BinaryOp = _make("copysign")
+heaviside: BinaryOp = _make("heaviside")
+arctan2: BinaryOp = _make("arctan2")
+hypot: BinaryOp = _make("hypot")
+logaddexp: BinaryOp = _make("logaddexp")
+logaddexp2: BinaryOp = _make("logaddexp2")
+ldexp: BinaryOp = _make("ldexp")
+gcd: BinaryOp = _make("gcd")
+lcm: BinaryOp = _make("lcm")
+bitwise_and: BinaryOp = _make("bitwise_and")
+bitwise_or: BinaryOp = _make("bitwise_or")
+bitwise_xor: BinaryOp = _make("bitwise_xor")
+left_shift: BinaryOp = _make("left_shift")
+right_shift: BinaryOp = _make("right_shift")
+logical_and: BinaryOp = _make("logical_and")
+logical_or: BinaryOp = _make("logical_or")
+logical_xor: BinaryOp = _make("logical_xor")
+equal: BinaryOp = _make("equal")
+not_equal: BinaryOp = _make("not_equal")
+less: BinaryOp = _make("less")
+less_equal: BinaryOp = _make("less_equal")
+greater: BinaryOp = _make("greater")
+greater_equal: BinaryOp = _make("greater_equal")
 
 # -- Paddle-style names -------------------------------------------------------------------------
 _PDOC = """Paddle's ``{pname}(x, y, axis=-1, act=None, name=None)``: :func:`jitops.{op}` with

@@ -21,7 +21,7 @@ Device = str | None
 
 class BinaryOp(Protocol):
     """``jitops.add``, ``subtract``, ``multiply``, ``divide``, ``maximum``, ``minimum``,
-    ``fmax``, ``fmin``."""
+    ``fmax``, ``fmin``, and NumPy's binary family (``floor_divide`` ... ``greater_equal``)."""
 
     __name__: str
 

@@ -101,6 +101,41 @@ def test_fused_act_and_paddle_division(be, rng):
         be.get(r)  # (a lazy backend raises at call time already, this is not reached)
 
 
+# --- NumPy's binary family (tests/test_family.py checks it in depth on the CPU) ------------------
+def _family_dtypes():
+    """Each family op on one dtype NumPy has a loop for, rotating through the dtypes."""
+    from jitops.core.catalog import ROWS
+
+    cases = []
+    for i, op in enumerate(ROWS):
+        for k in range(len(DTYPES)):
+            dt = DTYPES[(3 * i + k) % len(DTYPES)]
+            try:
+                np.dtype(ROWS[op].ufunc.resolve_dtypes((np.dtype(dt),) * 2 + (None,))[2])
+            except TypeError:  # no NumPy loop for it
+                continue
+            if np.dtype(dt).kind != "c":
+                cases.append((op, dt))
+                break
+    return cases
+
+
+@pytest.mark.parametrize("op, dtype", _family_dtypes())
+def test_family_ops_agree_with_numpy(be, op, dtype, rng):
+    x, y = sample(rng, (3, 4), dtype), sample(rng, (4,), dtype)
+    if np.dtype(dtype).kind in "iu":  # NumPy's rules for a zero divisor or a negative power
+        y = np.where(y == 0, 3, y) if op in ("floor_divide", "remainder", "fmod") else y
+        y = np.abs(y % 7).astype(dtype) if op in ("power", "left_shift", "right_shift") else y
+    with np.errstate(all="ignore"):
+        exp = getattr(np, op)(x, y)
+        got = be.get(_call(be, op, be.put(x), be.put(y)))
+    assert got.dtype == exp.dtype
+    ok = (got == exp) | (np.isnan(got) & np.isnan(exp)) if exp.dtype.kind == "f" else got == exp
+    if op in ("power", "float_power", "arctan2", "hypot", "logaddexp", "logaddexp2"):
+        ok |= np.isclose(got, exp, rtol=4 * np.finfo(exp.dtype).eps, atol=0)
+    assert ok.all(), (op, dtype, x, y, got, exp)
+
+
 # --- the error table --------------------------------------------------------------------------
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
 

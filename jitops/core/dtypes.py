@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import catalog
 from .scalar import WIDE_ACTS
 
 #: Every dtype jitops computes on (SPEC section 2).
@@ -45,6 +46,7 @@ class DTypes:
 
     result: np.dtype   # what the user gets back (and what `out` must be)
     compute: np.dtype  # what the scalar op runs in
+    impl: str | None = None  # the scalar entry, where the loop's dtypes chose it (the family)
 
 
 _F16 = np.dtype(np.float16)
@@ -164,7 +166,8 @@ def implementation(op: str, result: np.dtype) -> str:
 #: The NumPy ufunc whose loop decides how a weak Python scalar is converted for each op.
 _UFUNC = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply,
           "divide": np.true_divide, "trunc_divide": np.floor_divide, "maximum": np.maximum,
-          "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin}
+          "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin,
+          **{name: row.ufunc for name, row in catalog.ROWS.items()}}
 
 
 def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.dtype:
@@ -221,6 +224,8 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
     true division of integers or bools gives float64; bool subtract and complex min/max are
     TypeErrors, as in NumPy (which has no complex ``fmin`` loop in this library's contract).
     """
+    if op in catalog.ROWS:
+        return _resolve_row(catalog.ROWS[op], xv, yv, fname, act)
     common = promote(xv, yv)  # every pair of supported dtypes promotes (SPEC 2)
     result = common
     if op == "divide" and common.kind in "biu":
@@ -233,6 +238,12 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
     if result.kind == "c" and op not in COMPLEX_OPS:
         raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
     compute = compute_dtype(result)
+    check_act_dtype(act, result, fname)
+    return DTypes(result, compute)
+
+
+def check_act_dtype(act: str | None, result: np.dtype, fname: str) -> None:
+    """TypeError where ``act`` cannot run on a result of dtype ``result``."""
     if act is not None:
         if result.kind == "c" or result.kind == "b":
             raise TypeError(
@@ -243,4 +254,37 @@ def resolve(op: str, xv: object, yv: object, fname: str, act: str | None) -> DTy
                 f"jitops.{fname}: act={act!r} needs a floating-point result, got dtype {result} "
                 f"(only 'relu' and 'relu6' work on integers)"
             )
-    return DTypes(result, compute)
+
+
+def _slot(v: object) -> object:
+    """An operand as ``ufunc.resolve_dtypes`` takes it: a dtype, or a weak scalar's type."""
+    if type(v) in WEAK_SCALARS:
+        return np.dtype(bool) if type(v) is bool else type(v)
+    return np.dtype(getattr(v, "dtype", v))
+
+
+def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> DTypes:
+    """A family op's dtypes from its NumPy ufunc's loop table (bfloat16 as float16, whose
+    loops it follows), and its scalar entry for that loop."""
+    slots = (_slot(xv), _slot(yv))
+    bf = any(is_bfloat16(d) for d in slots)
+    if bf:
+        slots = tuple(_as_float16(slots))
+    try:
+        x, y, result = row.ufunc.resolve_dtypes(slots + (None,))
+    except TypeError:
+        names = " and ".join(getattr(d, "__name__", str(d)) for d in
+                             (_slot(xv), _slot(yv)))
+        raise TypeError(f"jitops.{fname}: not supported for {names} (numpy.{row.ufunc.__name__} "
+                        f"has no loop for them)") from None
+    if result.kind == "c" and row.name in catalog.NO_COMPLEX:
+        raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
+    if bf and result == _F16:
+        result = bfloat16()
+    if act is not None and row.kind != catalog.ARITHMETIC:
+        raise TypeError(f"jitops.{fname}: act= is not accepted by {row.kind} ops (their result "
+                        f"is {'bool' if row.kind != catalog.BITWISE else 'an integer mask'})")
+    check_act_dtype(act, result, fname)
+    impl = catalog.implementation(row.name, x, y, result)
+    compute = np.dtype(np.uint64) if impl.endswith("_mixed") else compute_dtype(x)
+    return DTypes(result, compute, impl)

@@ -23,6 +23,8 @@ import warnings
 
 import numpy as np
 
+from .catalog import QUIET
+
 INVALID, DIVIDE, OVERFLOW, UNDERFLOW = 0x1, 0x4, 0x8, 0x10
 ALL = INVALID | DIVIDE | OVERFLOW | UNDERFLOW
 
@@ -36,7 +38,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 def mask(op: str, act: str | None) -> int:
     """The flags a built-in launch of ``op`` (a scalar-table entry) with ``act`` reports."""
-    if op.startswith(_MINMAX):
+    if op.startswith(_MINMAX) or op in QUIET:
         return 0
     if act is None:
         return ALL

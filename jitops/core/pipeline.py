@@ -27,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from . import protocols
+from . import catalog, protocols
 from .dtypes import (
     WEAK_SCALARS,
     DTypes,
@@ -78,6 +78,7 @@ class Memory(Protocol):
     def copy(self, a: Any) -> Any: ...               # a fresh copy (for the overlap policy)
     def empty(self, shape, dtype: np.dtype, elem_strides) -> Any: ...
     def any_zero(self, a: Any) -> bool: ...
+    def any_negative(self, a: Any) -> bool: ...
     def copy_into(self, dst: Any, src: Any) -> None: ...
 
 
@@ -215,6 +216,15 @@ def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
         raise ScalarOverflowError(f"jitops.{fname}: {e}") from None
 
 
+def beyond_range(op, v: object, dtype: np.dtype, first: bool) -> bool | None:
+    """The answer of comparison ``op`` with the Python int ``v`` beyond integer ``dtype``'s
+    range (NumPy 2 compares it exactly, where other ops raise OverflowError), else None."""
+    if type(v) is not int or dtype.kind not in "iu" or catalog.ROWS.get(op) is None \
+            or catalog.ROWS[op].kind != catalog.COMPARISON:
+        return None
+    return catalog.decided(op, v, dtype, first)
+
+
 def element_strides(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
     """Byte strides in elements, or None if some stride is not a whole number of elements."""
     if all(s % itemsize == 0 for s in strides):
@@ -350,9 +360,14 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
             vals.append(hv)
             kinds.append(hv if type(hv) in WEAK else hv.dtype)
     kop, dt, weak = _dtypes(op, vals, kinds, fname, act)
+    impl = (dt.impl or implementation(kop, dt.result)) if isinstance(kop, str) else kop
     inputs = []
-    for v in vals:
+    decided = False
+    for k, v in enumerate(vals):
         if type(v) in WEAK:
+            verdict = beyond_range(kop, v, weak, k == 0)
+            if verdict is not None:  # a comparison the types decide: 0 stands in for it
+                impl, v, decided = ("always_true" if verdict else "always_false"), 0, True
             v = weak_to_array(v, weak, fname)
         if not mem.owns(v):
             v = mem.from_host(v)
@@ -372,11 +387,13 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
                         element_strides(mem.strides(target), dt.result.itemsize))
     if kop == "trunc_divide" and plan.size and mem.any_zero(inputs[1]):
         raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
+    if impl == "power_int" and plan.size and mem.any_negative(inputs[1]):
+        raise ValueError(f"jitops.{fname}: Integers to negative integer powers are not "
+                         f"allowed (y contains a negative number; NumPy's ValueError)")
     if target is None:
         target = mem.empty(plan.out_shape, dt.result, plan.out_strides)
     as_given = (all(a is v or type(v) in WEAK for a, v in zip(inputs, operands))
-                and (out is None or target is out))
-    impl = implementation(kop, dt.result) if isinstance(kop, str) else kop
+                and (out is None or target is out) and not decided)
     return PreparedCall(fname, impl, act, dt, tuple(inputs), plan, target, out, as_given)
 
 
@@ -410,8 +427,8 @@ def prepare_lazy(op: str | UserOp, fname: str, operands: tuple, mode: str, axis:
         kinds.append(dt)
         shapes.append(shape_of(v, name, fname))
     _, dt, weak = _dtypes(op, vals, kinds, fname, act)
-    for v in vals:  # an int that does not fit raises now, as for arrays, not in a chunk
-        if type(v) in WEAK:
+    for k, v in enumerate(vals):  # an int that does not fit raises now, not in a chunk
+        if type(v) in WEAK and beyond_range(op, v, weak, k == 0) is None:
             weak_to_array(v, weak, fname)
     out_shape, frames = align_all(shapes, mode, axis)  # the planner's errors, now
     framed = tuple(v if type(v) in WEAK or f == s else v.reshape(f)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+from .errstate import DIVIDE, INVALID, OVERFLOW
+
 
 # -- binary ops ------------------------------------------------------------------------------
 def add(a, b, T):
@@ -161,6 +163,396 @@ def fmin_half(a, b, T):
     return a if (a <= b or b != b) else b
 
 
+# -- NumPy's binary family (numpy.floor_divide ... numpy.greater_equal) ------------------------
+# Each is NumPy's own loop (numpy/_core/src/umath, npy_math_internal.h.src), written branch for
+# branch so that values, signed zeros, NaNs and floating-point flags come out as NumPy's. The
+# flags NumPy raises by hand (npy_set_floatstatus_*) come from raise_flags.
+
+LOGE2 = 0.693147180559945309417232121458176568
+LOG2E = 1.442695040888963407359924681001892137
+
+
+def raise_flags(flags, v):
+    """``v``, having raised the floating-point exception ``flags`` (jitops.core.errstate's
+    bits), as NumPy's ``npy_set_floatstatus_*``: each backend compiles its own (the CPU sets
+    them in MXCSR; a GPU keeps none)."""
+    return v
+
+
+# C library functions whose Python ``math`` twins raise where C answers (a zero divisor, a
+# domain error, an overflow) or change type: each backend compiles its own; the bodies here
+# run only in Numba's CUDA simulator, with C's answers.
+def fmod_c(a, b):
+    """C's ``fmod`` (the dividend's sign; NaN and *invalid* for a zero divisor or an infinite
+    dividend)."""
+    if a != a or b != b:
+        return a + b
+    if math.isinf(a) or b == 0:
+        return math.nan
+    return math.fmod(a, b)
+
+
+def floor_f(a):
+    """``floor`` in ``a``'s own float type (Python's ``math.floor`` gives an int)."""
+    return float(math.floor(a)) if math.isfinite(a) else a
+
+
+def pow_c(a, b):
+    """C's ``pow``."""
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf if a > 0 or float(b) % 2 == 0 else -math.inf
+    except ValueError:
+        if a == 0:
+            return math.copysign(math.inf, a) if float(b) % 2 == 1 else math.inf
+        return math.nan
+
+
+def ldexp_c(a, e):
+    """C's ``ldexp``."""
+    try:
+        return math.ldexp(a, int(e))
+    except OverflowError:
+        return math.copysign(math.inf, a)
+
+
+def equal(a, b, T):
+    return a == b
+
+
+def not_equal(a, b, T):
+    return a != b
+
+
+def less(a, b, T):
+    return a < b
+
+
+def less_equal(a, b, T):
+    return a <= b
+
+
+def greater(a, b, T):
+    return a > b
+
+
+def greater_equal(a, b, T):
+    return a >= b
+
+
+# Complex order is NumPy's lexicographic one (loops.c.src's CLT ... CGE): a NaN imaginary part
+# takes part only where the real parts are equal.
+def less_complex(a, b, T):
+    return ((a.real < b.real and a.imag == a.imag and b.imag == b.imag)
+            or (a.real == b.real and a.imag < b.imag))
+
+
+def less_equal_complex(a, b, T):
+    return ((a.real < b.real and a.imag == a.imag and b.imag == b.imag)
+            or (a.real == b.real and a.imag <= b.imag))
+
+
+def greater_complex(a, b, T):
+    return less_complex(b, a, T)
+
+
+def greater_equal_complex(a, b, T):
+    return less_equal_complex(b, a, T)
+
+
+def order_mixed(a, b, T):
+    """-1, 0 or 1 as ``a`` is below, equal to or above ``b``, exactly, where one is an int64
+    and the other a uint64 (NumPy 2's ``qQ``/``Qq`` comparison loops); ``T`` is uint64."""
+    if a < 0:
+        return -1
+    if b < 0:
+        return 1
+    if T(a) < T(b):
+        return -1
+    return 1 if T(a) > T(b) else 0
+
+
+def equal_mixed(a, b, T):
+    return order_mixed(a, b, T) == 0
+
+
+def not_equal_mixed(a, b, T):
+    return order_mixed(a, b, T) != 0
+
+
+def less_mixed(a, b, T):
+    return order_mixed(a, b, T) < 0
+
+
+def less_equal_mixed(a, b, T):
+    return order_mixed(a, b, T) <= 0
+
+
+def greater_mixed(a, b, T):
+    return order_mixed(a, b, T) > 0
+
+
+def greater_equal_mixed(a, b, T):
+    return order_mixed(a, b, T) >= 0
+
+
+def always_false(a, b, T):
+    """A comparison decided by the operands' types alone (a Python int beyond an integer
+    array's range: NumPy 2 compares it exactly)."""
+    return False
+
+
+def always_true(a, b, T):
+    return True
+
+
+# Logical ops take the operands as loaded (NumPy's ``??->?`` loops: nonzero, NaN included, is
+# True; Numba's own cast to bool would truncate an integer to its lowest bit).
+def logical_and(a, b, T):
+    return a != 0 and b != 0
+
+
+def logical_or(a, b, T):
+    return a != 0 or b != 0
+
+
+def logical_xor(a, b, T):
+    return (a != 0) != (b != 0)
+
+
+def bitwise_and(a, b, T):
+    return a & b
+
+
+def bitwise_or(a, b, T):
+    return a | b
+
+
+def bitwise_xor(a, b, T):
+    return a ^ b
+
+
+def _shifts(bits):
+    """NumPy's ``npy_lshift``/``npy_rshift`` for ``bits``-wide integers: a count outside
+    [0, bits) shifts everything out (0, or -1 for a negative number shifted right)."""
+    def left_shift(a, b, T):
+        if b < T(0) or b >= T(bits):
+            return T(0)
+        return T(a << b)
+
+    def right_shift(a, b, T):
+        if b < T(0) or b >= T(bits):
+            return T(-1) if a < T(0) else T(0)
+        return T(a >> b)
+
+    return left_shift, right_shift
+
+
+SHIFTS = {bits: _shifts(bits) for bits in (8, 16, 32, 64)}
+
+
+def floor_divide_signed(a, b, T):
+    """NumPy's ``floor_div_@TYPE@``: 0 with *divide* for a zero divisor, the minimum with
+    *overflow* for minimum // -1."""
+    if b == T(0):
+        return raise_flags(DIVIDE, T(0))
+    if b == T(-1):
+        if a != T(0) and a == T(-a):
+            return raise_flags(OVERFLOW, a)
+        return T(-a)
+    return T(a // b)
+
+
+def floor_divide_unsigned(a, b, T):
+    if b == T(0):
+        return raise_flags(DIVIDE, T(0))
+    return T(a // b)
+
+
+def remainder_signed(a, b, T):
+    """Python's modulo (the divisor's sign); 0 with *divide* for a zero divisor."""
+    if b == T(0):
+        return raise_flags(DIVIDE, T(0))
+    if b == T(-1):
+        return T(0)
+    return T(a % b)
+
+
+def remainder_unsigned(a, b, T):
+    if b == T(0):
+        return raise_flags(DIVIDE, T(0))
+    return T(a % b)
+
+
+def fmod_signed(a, b, T):
+    """C's ``%`` (the dividend's sign); 0 with *divide* for a zero divisor."""
+    if b == T(0):
+        return raise_flags(DIVIDE, T(0))
+    if b == T(-1):
+        return T(0)
+    r = T(a % b)
+    if r != T(0) and (r < T(0)) != (a < T(0)):
+        r = T(r - b)
+    return r
+
+
+def negative(v, T):
+    """C's quiet ``isless(v, 0)``: false for NaN, raising nothing (an ordered ``<`` of a NaN
+    raises *invalid* on x86; only equality tests and the sign bit are read here)."""
+    return v == v and v != T(0) and T(math.copysign(T(1), v)) < T(0)
+
+
+def _divmod_float(a, b, T):
+    """NumPy's ``npy_divmod``: the floored quotient and Python's remainder, from ``fmod``;
+    its quiet comparisons (``isless``, ``isgreater``) as :func:`negative`."""
+    mod = T(fmod_c(a, b))
+    div = (a - mod) / b
+    if mod != T(0):  # (NaN included, as C's ``if (mod)``)
+        if negative(b, T) != negative(mod, T):
+            mod = mod + b
+            div = div - T(1)
+    else:
+        mod = T(math.copysign(T(0), b))
+    if div != T(0):
+        floordiv = T(floor_f(div))
+        if negative(T(0.5) - (div - floordiv), T):
+            floordiv = floordiv + T(1)
+    else:
+        floordiv = T(math.copysign(T(0), a / b))
+    return floordiv, mod
+
+
+def floor_divide_float(a, b, T):
+    """NumPy's ``npy_floor_divide``: ``a / b`` for a zero divisor."""
+    if b == T(0):
+        return a / b
+    return _divmod_float(a, b, T)[0]
+
+
+def remainder_float(a, b, T):
+    """NumPy's ``npy_remainder``: ``fmod`` for a zero divisor (NaN, *invalid*)."""
+    if b == T(0):
+        return T(fmod_c(a, b))
+    return _divmod_float(a, b, T)[1]
+
+
+def fmod_float(a, b, T):
+    if a != a:  # NumPy's fmod gives the dividend's NaN where both are NaN
+        return a
+    return T(fmod_c(a, b))
+
+
+def power_int(a, b, T):
+    """NumPy's integer power (squaring, wrapping); a negative exponent is refused before the
+    launch, as NumPy's ValueError."""
+    if b == T(0) or a == T(1):
+        return T(1)
+    out = a if b & T(1) else T(1)
+    b = T(b >> T(1))
+    while b > T(0):
+        a = T(a * a)
+        if b & T(1):
+            out = T(out * a)
+        b = T(b >> T(1))
+    return out
+
+
+def power_float(a, b, T):
+    return T(pow_c(a, b))
+
+
+def copysign(a, b, T):
+    return T(math.copysign(a, b))
+
+
+def heaviside(a, b, T):
+    """NumPy's ``npy_heaviside``: NaN for NaN, ``b`` at 0, else 0 or 1."""
+    if a != a:
+        return T(math.nan)
+    if a == T(0):
+        return b
+    return T(0) if negative(a, T) else T(1)
+
+
+def arctan2(a, b, T):
+    return T(math.atan2(a, b))
+
+
+def hypot(a, b, T):
+    return T(math.hypot(a, b))
+
+
+def logaddexp(a, b, T):
+    """NumPy's ``npy_logaddexp``: equal infinities without a warning, a NaN with C's
+    *invalid* (its ``tmp > 0``, an ordered comparison)."""
+    if a == b:
+        return a + T(LOGE2)
+    d = a - b
+    if d != d:  # C's ``tmp > 0`` on a NaN: *invalid*
+        return raise_flags(INVALID, d)
+    if d > T(0):
+        return a + T(math.log1p(math.exp(-d)))
+    return b + T(math.log1p(math.exp(d)))
+
+
+def logaddexp2(a, b, T):
+    """NumPy's ``npy_logaddexp2``, as :func:`logaddexp`."""
+    if a == b:
+        return a + T(1)
+    d = a - b
+    if d != d:  # C's ``tmp > 0`` on a NaN: *invalid*
+        return raise_flags(INVALID, d)
+    if d > T(0):
+        return a + T(LOG2E) * T(math.log1p(T(2) ** -d))
+    return b + T(LOG2E) * T(math.log1p(T(2) ** d))
+
+
+def gcd_signed(a, b, T):
+    """NumPy's ``npy_gcd``: Euclid on the magnitudes, kept negative here so every value has
+    one (NumPy's unsigned 2**(n-1) comes back as the minimum, as it does there)."""
+    x = a if a < T(0) else T(-a)
+    y = b if b < T(0) else T(-b)
+    while x != T(0):
+        if x == T(-1):
+            return T(1)
+        x, y = T(y % x), x
+    return T(-y)
+
+
+def gcd_unsigned(a, b, T):
+    while a != T(0):
+        a, b = T(b % a), a
+    return b
+
+
+def lcm_signed(a, b, T):
+    """NumPy's ``npy_lcm``: ``|a| / gcd * |b|``, wrapping as its unsigned arithmetic does."""
+    g = gcd_signed(a, b, T)
+    if g == T(0):
+        return T(0)
+    ma = a if a >= T(0) else T(-a)
+    mb = b if b >= T(0) else T(-b)
+    return T(T(ma // g) * mb)
+
+
+def lcm_unsigned(a, b, T):
+    g = gcd_unsigned(a, b, T)
+    if g == T(0):
+        return T(0)
+    return T(T(a // g) * b)
+
+
+def ldexp(a, b, T):
+    """``a * 2**b``; ``b`` is the integer as loaded (NumPy clamps it to C int's range)."""
+    e = b
+    if e > 2147483647:
+        e = 2147483647
+    elif e < -2147483648:
+        e = -2147483648
+    return T(ldexp_c(a, e))
+
+
 OPS = {
     "add": add,
     "subtract": subtract,
@@ -180,6 +572,24 @@ OPS = {
     "fmax_half": fmax_half,
     "fmin_half": fmin_half,
 }
+_FAMILY = (
+    equal, not_equal, less, less_equal, greater, greater_equal,
+    less_complex, less_equal_complex, greater_complex, greater_equal_complex,
+    equal_mixed, not_equal_mixed, less_mixed, less_equal_mixed, greater_mixed,
+    greater_equal_mixed, always_false, always_true,
+    logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
+    floor_divide_signed, floor_divide_unsigned, floor_divide_float,
+    remainder_signed, remainder_unsigned, remainder_float, fmod_signed, fmod_float,
+    power_int, power_float, copysign, heaviside, arctan2, hypot, logaddexp, logaddexp2,
+    gcd_signed, gcd_unsigned, lcm_signed, lcm_unsigned, ldexp,
+)
+OPS.update({f.__name__: f for f in _FAMILY})
+#: Table functions that other table functions call: each backend compiles them as functions
+#: of their own (a compiled function finds a plain Python one it calls by an overload).
+HELPERS = (negative, _divmod_float, order_mixed, less_complex, less_equal_complex, gcd_signed,
+           gcd_unsigned)
+for _bits, (_left, _right) in SHIFTS.items():
+    OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
 
 
 # -- fused activations (Paddle's act=) ---------------------------------------------------------

@@ -27,7 +27,7 @@ _I64 = numba.types.int64
 #: A launch's status when it wrote the result (anything else: a check failed, nothing written).
 OK = kernels.OK
 #: Launch.run's status for a zero divisor of integer ``elementwise_div`` (checked in Python).
-ZERO_DIVISOR = -1
+Y_REFUSED = -1
 
 
 def _address(a: np.ndarray) -> int:
@@ -104,6 +104,10 @@ class HostMemory:
     @staticmethod
     def any_zero(a: np.ndarray) -> bool:
         return not a.all()
+
+    @staticmethod
+    def any_negative(a: np.ndarray) -> bool:
+        return a.dtype.kind == "i" and bool((a < 0).any())
 
     @staticmethod
     def copy_into(dst: np.ndarray, src: np.ndarray) -> None:
@@ -254,15 +258,17 @@ class Launch(_Output):
     """
 
     __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "direct", "shape", "dtype",
-                 "strides", "x_dtype", "y_dtype", "zero_check", "choice", "fp_mask", "maker")
+                 "strides", "x_dtype", "y_dtype", "y_check", "choice", "fp_mask", "maker")
 
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
         #: the floating-point flags this op reports (jitops.core.errstate.mask)
         self.fp_mask = errstate.mask(spec.op, spec.act)
-        # integer ``elementwise_div`` refuses a zero divisor before writing (ZeroDivisionError
-        # from the pipeline): a repeat must find y free of zeros before it launches (run does)
-        self.zero_check = spec.op.startswith("trunc_divide")
+        # integer ``elementwise_div`` refuses a zero divisor, integer ``power`` a negative
+        # exponent, before writing (the pipeline raises): a repeat must find y free of them
+        # before it launches (run does)
+        self.y_check = _Y_CHECKS.get(spec.op) if spec.y.kind == "i" or \
+            spec.op.startswith("trunc_divide") else None
         self.parallel = kernels.runs_parallel(plan, dtype, (spec.x, spec.y))
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
@@ -274,7 +280,7 @@ class Launch(_Output):
         #: the meta address where the fast path may call ``entry`` itself (serial, no zero
         #: check, and not a 0-d result, which the caller gets as a NumPy scalar: see
         #: jitops.dispatch, whose direct path returns the array it wrote)
-        self.direct = None if self.zero_check or not plan.out_shape else self.pmeta
+        self.direct = None if self.y_check or not plan.out_shape else self.pmeta
         self.shape, self.dtype = plan.out_shape, dtype
         self.strides = _byte_layout(plan.out_shape, plan.out_strides, dtype)
         self.maker = None  # output_maker's, once asked for
@@ -292,11 +298,11 @@ class Launch(_Output):
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
             out: np.ndarray | None) -> int:
         """Launch; returns the kernel's status (``kernels.OK``: written, else a check failed
-        and nothing was written; ZERO_DIVISOR: y holds a zero where integer division refuses
-        one). A task that failed inside raises: never a silent result. Floating-point flags
+        and nothing was written; Y_REFUSED: y holds a zero divisor or a negative exponent the
+        op refuses). A task that failed inside raises: never a silent result. Floating-point flags
         are reported (NumPy's errstate, which may raise) and the status is OK."""
-        if self.zero_check and not y.all():
-            return ZERO_DIVISOR
+        if self.y_check is not None and self.y_check(y):
+            return Y_REFUSED
         return self._run(target, x, y, fname, out)
 
     def _run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,
@@ -352,6 +358,13 @@ def header_checks(launch: Launch, arrays, threads: int = 1) -> np.ndarray | None
     if kernels.HEADER_OFFSETS is None:
         return None
     return kernels.header_checks(launch.metas.build(threads=threads), arrays)
+
+
+#: The kernel ops that refuse some values of y, and the test finding one (the pipeline then
+#: raises its error): integer Paddle division a zero divisor, integer power a negative exponent.
+_Y_CHECKS = {"trunc_divide": lambda y: not y.all(),
+             "trunc_divide_unsigned": lambda y: not y.all(),
+             "power_int": lambda y: bool((y < 0).any())}
 
 
 @lru_cache(maxsize=4096)

@@ -195,7 +195,7 @@ def _threads_to_remember(launch) -> int:
     serial repeat that checks the count (:class:`Repeat`)."""
     if launch.direct is not None:
         return 1
-    if launch.parallel and not launch.zero_check and launch.choice is None:
+    if launch.parallel and launch.y_check is None and launch.choice is None:
         return _num_threads()
     return 0
 

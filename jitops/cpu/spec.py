@@ -9,9 +9,14 @@ load (half types widened), the scalar op and activation (jitops.core.scalar), th
 
 from __future__ import annotations
 
+import inspect
+import math
+import platform
+
 import numpy as np
 from llvmlite import ir
 from numba import types
+from numba.core import cgutils
 from numba.extending import (
     NativeValue,
     intrinsic,
@@ -24,6 +29,7 @@ from numba.extending import (
 from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
+from ..core.catalog import KEPT
 from ..core.dtypes import act_dtype
 from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
 from .jit import INNER, inner
@@ -278,6 +284,91 @@ def _ov_ge_signaling(a, b):
     return None
 
 
+@intrinsic
+def _raise_flags(typingctx, flags, v):
+    """``v``, after ORing ``flags`` into MXCSR's sticky exception bits (x86-64; elsewhere
+    nothing is reported, jitops.cpu.pool.FP_FLAGS). A write of MXCSR, on the rare path only
+    (a zero divisor)."""
+    if not isinstance(flags, types.Integer):
+        return None
+
+    def codegen(context, builder, signature, args):
+        if _X86:
+            fty = ir.FunctionType(ir.VoidType(), [ir.IntType(8).as_pointer()])
+            slot = cgutils.alloca_once(builder, ir.IntType(32))
+            p = builder.bitcast(slot, ir.IntType(8).as_pointer())
+            builder.call(builder.module.declare_intrinsic("llvm.x86.sse.stmxcsr", (), fty), [p])
+            bits = builder.trunc(args[0], ir.IntType(32))
+            builder.store(builder.or_(builder.load(slot), bits), slot)
+            builder.call(builder.module.declare_intrinsic("llvm.x86.sse.ldmxcsr", (), fty), [p])
+        return args[1]
+
+    return v(flags, v), codegen
+
+
+_X86 = platform.machine().lower() in ("x86_64", "amd64")
+
+
+@overload(_scalar.raise_flags, jit_options=INNER)
+def _ov_raise_flags(flags, v):
+    return lambda flags, v: _raise_flags(flags, v)
+
+
+def _float_intrinsic(name, n, emit):
+    """An intrinsic of ``n`` floats of one type, emitted by ``emit(builder, args)``."""
+    def typer(typingctx, *args):
+        if not (isinstance(args[0], types.Float) and all(a == args[0] for a in args)):
+            return None
+
+        def codegen(context, builder, signature, cargs):
+            return emit(builder, cargs)
+
+        return args[0](*args), codegen
+
+    ns = {"typer": typer}
+    params = ", ".join(f"a{k}" for k in range(n))
+    exec(f"def {name}(typingctx, {params}):\n    return typer(typingctx, {params})\n", ns)
+    return intrinsic(ns[name])
+
+
+_frem = _float_intrinsic("frem", 2, lambda b, a: b.frem(a[0], a[1]))
+_floor = _float_intrinsic("floor", 1, lambda b, a: b.call(
+    b.module.declare_intrinsic("llvm.floor", [a[0].type]), a))
+
+
+@overload(_scalar.fmod_c, jit_options=INNER)
+def _ov_fmod(a, b):
+    return lambda a, b: _frem(a, b)
+
+
+@overload(_scalar.floor_f, jit_options=INNER)
+def _ov_floor(a):
+    return lambda a: _floor(a)
+
+
+@overload(_scalar.pow_c, jit_options=INNER)
+def _ov_pow(a, b):
+    return lambda a, b: math.pow(a, b)
+
+
+@overload(_scalar.ldexp_c, jit_options=INNER)
+def _ov_ldexp(a, e):
+    return lambda a, e: math.ldexp(a, e)
+
+
+def _register_helper(fn):
+    """``fn`` (a table function another one calls) compiled as itself, by an overload whose
+    typing function has ``fn``'s own parameters (Numba matches them by name)."""
+    params = ", ".join(inspect.signature(fn).parameters)
+    ns = {"fn": fn}
+    exec(f"def typer({params}):\n    return fn\n", ns)
+    overload(fn, jit_options=INNER)(ns["typer"])
+
+
+for _helper in _scalar.HELPERS:
+    _register_helper(_helper)
+
+
 def element(spec, a, b):
     """One output word from one x word and one y word (storage types in and out)."""
 
@@ -312,12 +403,18 @@ def _ov_element(spec, a, b):
     else:
         store = cast_to(from_dtype(np.dtype(spec.out)))
 
-    if spec.act is None:
+    keep_x, keep_y = KEPT.get(spec.op, (False, False))
+    X = _identity if keep_x else T
+    Y = _identity if keep_y else T
+    if spec.out == "bool":  # a comparison's or logical op's bool, or T's truth
         def impl(spec, a, b):
-            return store(T(op(T(load_x(a)), T(load_y(b)), T)))
+            return store(op(X(load_x(a)), Y(load_y(b)), T))
+    elif spec.act is None:
+        def impl(spec, a, b):
+            return store(T(op(X(load_x(a)), Y(load_y(b)), T)))
     else:
         def impl(spec, a, b):
-            return store(act(A(T(op(T(load_x(a)), T(load_y(b)), T))), A))
+            return store(act(A(T(op(X(load_x(a)), Y(load_y(b)), T))), A))
 
     return impl
 

@@ -227,6 +227,19 @@ class CudaMemory:
                          element_strides(self.strides(dst), dt.itemsize))
         _run(self, CudaSpec("copy", None, (dt,), dt, dt), plan, dst, src)
 
+    def any_negative(self, a) -> bool:
+        """Whether ``a`` holds a negative number (integer ``power``'s check): a dense copy of
+        it comes to the host (a rare check, not a kernel of its own)."""
+        if self.dtype(a).kind != "i" or not math.prod(self.shape(a)):
+            return False
+        self.read_values = True
+        c = self.copy(a)
+        host = _host(c)
+        if host is None:
+            self.stream_obj.synchronize()
+            host = cuda.as_cuda_array(c).copy_to_host()
+        return bool((np.asarray(host) < 0).any())
+
     def any_zero(self, a) -> bool:
         """Whether ``a`` holds a 0: checked on the device; one flag comes back."""
         n = math.prod(self.shape(a))

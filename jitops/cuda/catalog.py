@@ -26,6 +26,7 @@ from numba import types
 from numba.np.numpy_support import from_dtype
 
 from .. import act
+from ..core.catalog import ROWS
 from ..core.dtypes import SUPPORTED, implementation, kernel_op, resolve
 from ..core.scalar import ACT_NAMES
 from .spec import CudaSpec, register, storage_dtype
@@ -47,7 +48,8 @@ def builtin_spec(op: str, act: str | None, x: np.dtype, y: np.dtype) -> CudaSpec
         dt = resolve(kop, x, y, op, act)
     except TypeError:
         return None
-    return CudaSpec("op:" + implementation(kop, dt.result), act, (x, y), dt.result, dt.compute)
+    impl = dt.impl or implementation(kop, dt.result)
+    return CudaSpec("op:" + impl, act, (x, y), dt.result, dt.compute)
 
 
 def contig_types(spec: CudaSpec) -> tuple:
@@ -115,6 +117,10 @@ def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
 
     acts = (None, *ACT_NAMES)
     if full:
+        for op, (x, y) in itertools.product(ROWS, itertools.product(SUPPORTED, repeat=2)):
+            s = builtin_spec(op, None, x, y)
+            if s is not None:
+                yield from emit("contig", f"{op} {x},{y}", contig_types(s))
         for op, (x, y), act in itertools.product(OPS, itertools.product(SUPPORTED, repeat=2),
                                                  acts):
             s = builtin_spec(op, act, x, y)
@@ -128,6 +134,14 @@ def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
         if s is not None:
             yield from emit("contig", f"{op} {dt}", contig_types(s))
             yield from emit("strided", f"{op} {dt} nd=2", strided_types(s, 2, True))
+    for i, op in enumerate(ROWS):  # the family: every op on every dtype it has a loop for
+        for dt in SUPPORTED:
+            s = builtin_spec(op, None, dt, dt)
+            if s is not None:
+                yield from emit("contig", f"{op} {dt}", contig_types(s))
+    for op in ("less", "equal"):  # the exact int64/uint64 comparisons
+        s = builtin_spec(op, None, np.dtype("int64"), np.dtype("uint64"))
+        yield from emit("contig", f"{op} int64,uint64", contig_types(s))
     for act, dt in itertools.product(ACT_NAMES, SUPPORTED):
         s = builtin_spec("subtract" if dt.kind != "b" else "add", act, dt, dt)
         if s is not None:

@@ -18,6 +18,8 @@ each has a plain-Python body doing what its overload compiles.
 from __future__ import annotations
 
 import functools
+import inspect
+import math
 
 import numba
 import numpy as np
@@ -25,6 +27,7 @@ from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
 from ..core import scalar as _scalar
+from ..core.catalog import KEPT
 from ..core.dtypes import act_dtype
 
 #: Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1, set before numba is imported).
@@ -186,7 +189,8 @@ def _element_source(spec: CudaSpecType, python: bool):
         T = numba_type(spec.compute)
         ns["T"] = T
         ns["FN"] = fn if python else _device_fn(fn)
-        conv = [f"T({w})" for w in words]
+        kept = KEPT.get(spec.fn_key[3:], ()) if builtin else ()  # operands taken as loaded
+        conv = [w if k < len(kept) and kept[k] else f"T({w})" for k, w in enumerate(words)]
         if builtin:
             body = f"FN({', '.join(conv)}, T)"
             if spec.act is not None:
@@ -194,7 +198,8 @@ def _element_source(spec: CudaSpecType, python: bool):
                 g = _scalar.ACTS[spec.act]
                 ns["A"], ns["ACT"] = A, (g if python else _device_fn(g))
                 body = f"ACT(A(T({body})), A)"
-            body = f"T({body})"
+            if spec.out != _BOOL:  # (a comparison's bool is stored as it is)
+                body = f"T({body})"
         else:
             body = f"FN({', '.join(conv)})"
         body = f"{'BYTE' if spec.out == _BOOL else 'OUT'}({body})"
@@ -279,6 +284,39 @@ if not SIMULATOR:
         if isinstance(a, types.Float) and a == b:
             return lambda a, b: a >= b
         return None
+
+    @_ext.overload(_scalar.raise_flags, target="cuda")
+    def _ov_raise_flags(flags, v):  # nor raises any
+        return lambda flags, v: v
+
+    @_ext.overload(_scalar.fmod_c, target="cuda")
+    def _ov_fmod(a, b):
+        return lambda a, b: math.fmod(a, b)
+
+    @_ext.overload(_scalar.floor_f, target="cuda")
+    def _ov_floor(a):
+        if isinstance(a, types.Float):
+            floor = cuda.libdevice.floorf if a == types.float32 else cuda.libdevice.floor
+            return lambda a: floor(a)
+        return None
+
+    @_ext.overload(_scalar.pow_c, target="cuda")
+    def _ov_pow(a, b):
+        return lambda a, b: math.pow(a, b)
+
+    @_ext.overload(_scalar.ldexp_c, target="cuda")
+    def _ov_ldexp(a, e):
+        return lambda a, e: math.ldexp(a, e)
+
+    def _register_helper(fn):
+        """``fn`` (a table function another one calls) as a device function of its own."""
+        params = ", ".join(inspect.signature(fn).parameters)
+        ns = {"fn": fn}
+        exec(f"def typer({params}):\n    return fn\n", ns)
+        _ext.overload(fn, target="cuda")(ns["typer"])
+
+    for _helper in _scalar.HELPERS:
+        _register_helper(_helper)
 
     @_ext.overload(element, target="cuda")
     def _ov_element(spec, vals):

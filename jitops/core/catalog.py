@@ -1,0 +1,117 @@
+"""NumPy's binary family as rows: each op's NumPy ufunc, its kind, and its scalar entry per loop.
+
+A row is all an op is: its dtypes come from its NumPy ufunc's own loop table
+(``ufunc.resolve_dtypes``, weak Python scalars included), its kernels from the scalar-table
+entry :func:`implementation` picks for the loop's dtypes (jitops.core.scalar), and its
+kind decides the rest -- comparisons, logical and bitwise ops refuse ``act=`` and report no
+floating-point flags; arithmetic ones take ``act=`` as the original eight do. Numba-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ARITHMETIC, COMPARISON, LOGICAL, BITWISE = "arithmetic", "comparison", "logical", "bitwise"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One op of the family: its public name, NumPy's ufunc, its kind."""
+
+    name: str
+    ufunc: np.ufunc
+    kind: str
+
+
+ROWS = {r.name: r for r in (
+    Row("floor_divide", np.floor_divide, ARITHMETIC),
+    Row("remainder", np.remainder, ARITHMETIC),
+    Row("fmod", np.fmod, ARITHMETIC),
+    Row("power", np.power, ARITHMETIC),
+    Row("float_power", np.float_power, ARITHMETIC),
+    Row("copysign", np.copysign, ARITHMETIC),
+    Row("heaviside", np.heaviside, ARITHMETIC),
+    Row("arctan2", np.arctan2, ARITHMETIC),
+    Row("hypot", np.hypot, ARITHMETIC),
+    Row("logaddexp", np.logaddexp, ARITHMETIC),
+    Row("logaddexp2", np.logaddexp2, ARITHMETIC),
+    Row("ldexp", np.ldexp, ARITHMETIC),
+    Row("gcd", np.gcd, ARITHMETIC),
+    Row("lcm", np.lcm, ARITHMETIC),
+    Row("bitwise_and", np.bitwise_and, BITWISE),
+    Row("bitwise_or", np.bitwise_or, BITWISE),
+    Row("bitwise_xor", np.bitwise_xor, BITWISE),
+    Row("left_shift", np.left_shift, BITWISE),
+    Row("right_shift", np.right_shift, BITWISE),
+    Row("logical_and", np.logical_and, LOGICAL),
+    Row("logical_or", np.logical_or, LOGICAL),
+    Row("logical_xor", np.logical_xor, LOGICAL),
+    Row("equal", np.equal, COMPARISON),
+    Row("not_equal", np.not_equal, COMPARISON),
+    Row("less", np.less, COMPARISON),
+    Row("less_equal", np.less_equal, COMPARISON),
+    Row("greater", np.greater, COMPARISON),
+    Row("greater_equal", np.greater_equal, COMPARISON),
+)}
+
+#: Public aliases, as NumPy's (``numpy.mod`` is ``numpy.remainder``).
+ALIASES = {"mod": "remainder"}
+
+_ORDERED = frozenset({"less", "less_equal", "greater", "greater_equal"})
+_BY_SIGN = frozenset({"floor_divide", "remainder", "gcd", "lcm"})
+
+#: ops whose complex loops jitops does not run yet (NumPy has them): refused with a TypeError
+NO_COMPLEX = frozenset({"power", "float_power"})
+
+
+def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
+    """The scalar-table entry of ``op`` for its loop's dtypes ``x``, ``y`` -> ``result``."""
+    if ROWS[op].kind == COMPARISON:
+        if x.kind in "iu" and y.kind in "iu" and x.kind != y.kind:
+            return op + "_mixed"  # NumPy 2's exact int64/uint64 loops
+        if x.kind == "c" and op in _ORDERED:
+            return op + "_complex"
+        return op
+    if op in ("left_shift", "right_shift"):
+        return f"{op}_{8 * result.itemsize}"
+    kind = {"i": "signed", "u": "unsigned", "b": "signed"}.get(result.kind, "float")
+    if op in _BY_SIGN or (op == "fmod" and kind == "signed"):
+        return f"{op}_{kind}"
+    if op == "fmod":
+        return "remainder_unsigned" if kind == "unsigned" else "fmod_float"
+    if op in ("power", "float_power"):
+        return "power_float" if kind == "float" else "power_int"
+    return op
+
+
+_LOGICAL = [op for op in ROWS if ROWS[op].kind == LOGICAL]
+_COMPARISONS = [op for op in ROWS if ROWS[op].kind == COMPARISON]
+
+#: The scalar entries that take an operand as loaded, not converted to the compute type:
+#: (x kept, y kept). The mixed comparisons compare int64 and uint64 exactly, logical ops test
+#: each value against 0, ldexp takes its exponent as an integer.
+KEPT = {"ldexp": (False, True), **{op: (True, True) for op in _LOGICAL},
+        **{op + "_mixed": (True, True) for op in _COMPARISONS}}
+
+#: The scalar entries whose launches report no floating-point flags: NumPy's comparison,
+#: logical and bitwise loops report none (an ordered compare of a NaN raises *invalid* on x86).
+QUIET = frozenset(
+    [f"{op}{tail}" for op in _COMPARISONS for tail in ("", "_mixed", "_complex")]
+    + _LOGICAL + ["always_true", "always_false", "bitwise_and", "bitwise_or", "bitwise_xor"]
+    + [f"{op}_{bits}" for op in ("left_shift", "right_shift") for bits in (8, 16, 32, 64)])
+
+
+def decided(op: str, scalar: int, dtype: np.dtype, scalar_first: bool) -> bool | None:
+    """The answer of comparison ``op`` between any value of integer ``dtype`` and a Python int
+    beyond its range (NumPy 2 compares such an int exactly), or None where ``scalar`` fits."""
+    info = np.iinfo(dtype)
+    if info.min <= scalar <= info.max:
+        return None
+    above = scalar > info.max  # the scalar is above every array value
+    if scalar_first:
+        above = not above
+    # "array OP scalar" with the scalar above every value (or below, when not ``above``)
+    return {"equal": False, "not_equal": True, "less": above, "less_equal": above,
+            "greater": not above, "greater_equal": not above}[op]

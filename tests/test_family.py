@@ -1,0 +1,309 @@
+"""NumPy's binary family (jitops.core.catalog) against NumPy itself: the special-value grid of
+every op on every dtype pair NumPy accepts (sampled here, whole under ``pytest -m slow``),
+NumPy's warnings element by element, its refusals, weak Python scalars, and the paths a
+repeated call takes."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+
+import numpy as np
+import pytest
+
+import jitops
+from jitops.core import config as _config
+from jitops.core.catalog import NO_COMPLEX, ROWS
+
+from .helpers import DTYPES
+from .test_values import _parts, _same_bits, _ulps, specials
+
+#: Within 1 ulp (they call the C library; NumPy may use its own vector code, itself a few ulps
+#: from the correctly rounded value): of NumPy's answer, or of the correctly rounded one
+#: (computed in float64 for the narrower floats).
+ULP = frozenset({"power", "float_power", "arctan2", "hypot", "logaddexp", "logaddexp2"})
+#: NumPy's complex ordered comparisons raise *invalid* for a NaN part (C's ordered compares);
+#: jitops' report none (the values are NumPy's).
+_QUIET_COMPLEX = frozenset({"less", "less_equal", "greater", "greater_equal"})
+FAMILY = tuple(ROWS)
+
+
+def _numpy(op, x, y, **kw):
+    """NumPy's answer and the warnings it gave (or the exception it raised)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            r = getattr(np, op)(x, y, **kw)
+        except Exception as e:  # noqa: BLE001 - the refusal is the answer
+            return e, []
+    return r, sorted({str(w.message) for w in caught})
+
+
+def _jitops(op, x, y, **kw):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = getattr(jitops, op)(x, y, **kw)
+    return r, sorted({str(w.message) for w in caught})
+
+
+def _close(op, got, exp, x, y):
+    """Where ``got`` is NumPy's answer (or, for :data:`ULP`, close enough)."""
+    if exp.dtype == bool or exp.dtype.kind in "iu":
+        return got == exp
+    ok = np.ones(exp.shape, bool)
+    for g, e in zip(_parts(got), _parts(exp)):
+        part = _same_bits(g, e)
+        if op in ULP:
+            part |= np.isnan(g) & np.isnan(e)
+            part |= np.isfinite(g) & np.isfinite(e) & (_ulps(g, e) <= 1)
+            if e.dtype != np.float64:  # the correctly rounded answer, from float64
+                with np.errstate(all="ignore"):
+                    wide = getattr(np, op)(np.asarray(x, np.float64), np.asarray(y, np.float64))
+                    ref = wide.astype(e.dtype)
+                part |= np.isfinite(g) & np.isfinite(ref) & (_ulps(g, ref) <= 1)
+        ok &= part
+    return ok
+
+
+def check(op, x, y, **kw):
+    """jitops' ``op`` on x, y against NumPy's: the refusal, or dtype, values and warnings."""
+    exp, exp_w = _numpy(op, x, y, **kw)
+    if isinstance(exp, Exception):
+        with pytest.raises(type(exp) if not isinstance(exp, TypeError) else TypeError):
+            getattr(jitops, op)(x, y, **kw)
+        return
+    if exp.dtype.kind == "c" and op in NO_COMPLEX:  # not supported yet: refused, said so
+        with pytest.raises(TypeError, match="complex operands are not supported"):
+            getattr(jitops, op)(x, y, **kw)
+        return
+    got, got_w = _jitops(op, x, y, **kw)
+    assert got.dtype == exp.dtype and got.shape == exp.shape, (op, got.dtype, exp.dtype)
+    xb, yb = np.broadcast_arrays(x, y)
+    ok = _close(op, got, exp, xb, yb)
+    if not ok.all():
+        bad = np.flatnonzero(~ok.ravel())[:6]
+        rows = [f"{xb.ravel()[i]!r} {op} {yb.ravel()[i]!r}: jitops {got.ravel()[i]!r}, NumPy "
+                f"{exp.ravel()[i]!r}" for i in bad]
+        raise AssertionError(f"{(~ok).sum()} of {ok.size} differ:\n" + "\n".join(rows))
+    quiet_complex = op in _QUIET_COMPLEX and exp_w and xb.dtype.kind == "c"
+    if op not in ULP and not quiet_complex:
+        assert got_w == exp_w, (op, x.dtype, y.dtype)
+
+
+def run_grid(op, dx, dy, out=True):
+    sx, sy = specials(dx), specials(dy)
+    x, y = np.repeat(sx, sy.size), np.tile(sy, sx.size)
+    check(op, x, y)  # contiguous, every pair
+    check(op, sx[:, None], sy[None, :])  # broadcast: a constant x per row, strided y
+    exp, _ = _numpy(op, x[:1], y[:1])
+    refused = isinstance(exp, Exception) or (exp.dtype.kind == "c" and op in NO_COMPLEX)
+    if out and not refused:  # parallel-sized, into a reversed view
+        moved = x.itemsize + y.itemsize + exp.dtype.itemsize
+        reps = -(-_config.parallel_size(moved) // x.size) + 1
+        xl, yl = np.tile(x, reps), np.tile(y, reps)
+        o = np.empty(xl.size, exp.dtype)[::-1]
+        with np.errstate(all="ignore"):
+            assert getattr(jitops, op)(xl, yl, out=o) is o
+            ref = getattr(np, op)(xl, yl)
+        assert _close(op, o, ref, xl, yl).all(), op
+
+
+def _cases(full: bool):
+    """Every op on two dtypes against themselves, rotating so that every dtype meets every
+    kind of op, and the comparisons on int64 against uint64 (their exact loops); ``full``:
+    every pair of dtypes (`pytest -m slow`)."""
+    if full:
+        return [(op, dx, dy) for op in FAMILY for dx in DTYPES for dy in DTYPES]
+    cases = []
+    for i, op in enumerate(FAMILY):
+        for d in (DTYPES[(3 * i) % len(DTYPES)], DTYPES[(3 * i + 7) % len(DTYPES)]):
+            cases.append((op, d, d))
+        if ROWS[op].kind == "comparison":
+            cases.append((op, "int64", "uint64"))
+    return cases
+
+
+_SAMPLED = _cases(full=False)
+#: the sampled cases also run through a parallel-sized out= (more kernels): each op's first
+_WITH_OUT = {next(c for c in _SAMPLED if c[0] == op) for op in FAMILY}
+
+
+@pytest.mark.parametrize("op, dx, dy", _SAMPLED)
+def test_special_value_grid(op, dx, dy):
+    run_grid(op, dx, dy, out=(op, dx, dy) in _WITH_OUT)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("op, dx, dy", [c for c in _cases(full=True) if c not in _SAMPLED])
+def test_special_value_grid_every_dtype_pair(op, dx, dy):
+    run_grid(op, dx, dy)
+
+
+def test_the_sample_meets_every_dtype_with_every_kind_of_op():
+    assert {d for _, d, _ in _SAMPLED} == set(DTYPES)
+    for kind in ("arithmetic", "comparison", "logical", "bitwise"):
+        ops = [op for op in FAMILY if ROWS[op].kind == kind]
+        assert len({d for op, d, _ in _SAMPLED if op in ops}) >= min(2 * len(ops), 12), kind
+
+
+def test_every_op_is_public_with_numpy_name_and_alias():
+    for op in FAMILY:
+        assert getattr(jitops, op).__name__ == op and op in jitops.__all__
+    x, y = np.array([-7, 7, -7]), np.array([3, -3, -3])
+    assert np.array_equal(jitops.mod(x, y), np.mod(x, y))
+
+
+# -- NumPy's refusals and edge rules -------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64"])
+def test_negative_integer_power_raises_numpys_valueerror_before_writing(dtype):
+    x = np.arange(6, dtype=dtype)
+    good, bad = np.full(6, 2, dtype), np.array([2, 2, -1, 2, 2, 2], dtype)
+    out = np.full(6, 99, dtype)
+    assert np.array_equal(jitops.power(x, good, out=out), x ** 2)
+    out[:] = 99
+    for _ in range(3):  # the first call, then the repeat paths (compiled entry, memo)
+        with pytest.raises(ValueError, match="negative integer powers"):
+            jitops.power(x, bad, out=out)
+        assert (out == 99).all()
+        with pytest.raises(ValueError, match="negative integer powers"):
+            jitops.power(x, bad)
+    with pytest.raises(ValueError, match="negative integer powers"):
+        jitops.power(x, -1)
+    assert np.array_equal(jitops.power(x, np.full(6, 3, np.uint8)), x ** 3)
+
+
+@pytest.mark.parametrize("op", ["equal", "not_equal", "less", "less_equal", "greater",
+                                "greater_equal"])
+@pytest.mark.parametrize("dtype", ["uint8", "int16", "uint64", "int64"])
+def test_a_python_int_beyond_the_dtype_is_compared_exactly_as_numpy2(op, dtype):
+    info = np.iinfo(dtype)
+    x = np.array([info.min, 0, info.max], dtype)
+    for s in (info.max + 1, info.min - 1, 2**64, -2**63 - 1, 2**70, -1, 300, 5):
+        for args in ((x, s), (s, x)):
+            exp = getattr(np, op)(*args)
+            got = getattr(jitops, op)(*args)
+            assert got.dtype == bool and np.array_equal(got, exp), (op, dtype, s, args[0] is x)
+    out = np.zeros(3, bool)
+    assert getattr(jitops, op)(x, 2**70, out=out) is out
+
+
+def test_int64_and_uint64_compare_exactly_not_through_float64():
+    a = np.array([2**63 - 1, -1, 2**53 + 1, 0], np.int64)
+    b = np.array([2**63, 2**64 - 1, 2**53, 0], np.uint64)
+    for op in ("equal", "not_equal", "less", "less_equal", "greater", "greater_equal"):
+        for p, q in ((a, b), (b, a), (a[:, None], b[None, :])):
+            assert np.array_equal(getattr(jitops, op)(p, q), getattr(np, op)(p, q)), op
+
+
+@pytest.mark.parametrize("op", [op for op in FAMILY if ROWS[op].kind != "arithmetic"])
+def test_comparison_logical_and_bitwise_ops_refuse_act(op):
+    x = np.arange(4, dtype=np.int32)
+    with pytest.raises(TypeError, match="act= is not accepted"):
+        getattr(jitops, op)(x, x, act="relu")
+
+
+def test_arithmetic_ops_fuse_act():
+    x = np.linspace(-9, 9, 37).astype(np.float32)
+    y = np.float32(4)
+    assert np.array_equal(jitops.floor_divide(x, y, act="relu"),
+                          np.maximum(np.floor_divide(x, y), 0))
+    i = np.arange(-8, 8, dtype=np.int32)
+    assert np.array_equal(jitops.remainder(i, 3, act="relu6"),
+                          np.clip(np.remainder(i, 3), 0, 6))
+    with pytest.raises(TypeError, match="floating-point result"):
+        jitops.gcd(i, 3, act="gelu")
+
+
+@pytest.mark.parametrize("op", ["floor_divide", "remainder", "fmod"])
+def test_integer_division_by_zero_follows_numpys_errstate(op):
+    x, y = np.array([5, -5, 7], np.int32), np.array([0, 2, 0], np.int32)
+    with np.errstate(divide="raise"):
+        with pytest.raises(FloatingPointError, match=f"divide by zero encountered in {op}"):
+            getattr(jitops, op)(x, y)
+    with np.errstate(divide="ignore"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert np.array_equal(getattr(jitops, op)(x, y), getattr(np, op)(x, y))
+
+
+def test_minimum_floor_divided_by_minus_one_warns_overflow_as_numpy():
+    x = np.array([np.iinfo(np.int64).min, 9], np.int64)
+    with pytest.warns(RuntimeWarning, match="overflow encountered in floor_divide"):
+        got = jitops.floor_divide(x, np.int64(-1))
+    assert np.array_equal(got, [np.iinfo(np.int64).min, -9])
+
+
+# -- promotion: NumPy's loop tables and weak Python scalars ----------------------------------------
+
+_SCALARS = (True, 3, -2, 2.5, -0.0, 1e300, 3 + 1j)
+
+
+_WEAK_DTYPES = ("bool", "int8", "uint16", "float16", "float32")
+
+
+def _weak_cases(full: bool):
+    """Each op with two dtypes and three scalars, rotating (``full``: all of them)."""
+    for i, op in enumerate(FAMILY):
+        for dt, s in itertools.product(_WEAK_DTYPES, _SCALARS):
+            j, k = _WEAK_DTYPES.index(dt), _SCALARS.index(s)
+            if full or ((j - i) % 5 < 2 and (k - i) % 7 < 3):
+                yield op, dt, s
+
+
+@pytest.mark.parametrize("op", FAMILY)
+def test_weak_python_scalars_promote_as_numpy2(op):
+    for o, dt, s in _weak_cases(full=False):
+        if o == op:
+            check(op, specials(dt)[:6], s)
+            check(op, s, specials(dt)[:6])
+
+
+@pytest.mark.slow
+def test_weak_python_scalars_promote_as_numpy2_every_dtype_and_scalar():
+    for op, dt, s in _weak_cases(full=True):
+        check(op, specials(dt)[:6], s)
+        check(op, s, specials(dt)[:6])
+
+
+# -- the paths a call takes: new shapes, repeats, pdpd, out= -------------------------------------
+
+@pytest.mark.parametrize("op", ["less", "floor_divide", "bitwise_xor", "copysign"])
+def test_repeats_and_new_shapes_agree_with_numpy(op, rng=np.random.default_rng(5)):
+    dt = np.float32 if op == "copysign" else np.int32
+    for n in list(rng.integers(1, 300, 12)) + [17, 17, 17]:
+        x = (rng.standard_normal(n) * 100).astype(dt)
+        y = (rng.standard_normal(n) * 9).astype(dt)
+        if op == "floor_divide":
+            y[y == 0] = 3
+        assert np.array_equal(getattr(jitops, op)(x, y), getattr(np, op)(x, y))
+        out = np.empty(n, getattr(np, op)(x[:1], y[:1]).dtype)
+        assert getattr(jitops, op)(x, 7, out=out) is out
+        assert np.array_equal(out, getattr(np, op)(x, 7))
+
+
+def test_pdpd_and_none_broadcasting():
+    x = np.arange(2 * 3 * 4, dtype=np.int64).reshape(2, 3, 4) - 11
+    y = np.array([3, -4, 5], np.int64)
+    got = jitops.floor_divide(x, y, broadcast="pdpd", axis=1)
+    assert np.array_equal(got, np.floor_divide(x, y[None, :, None]))
+    got = jitops.greater(x, y, broadcast="pdpd", axis=1)
+    assert np.array_equal(got, x > y[None, :, None])
+    with pytest.raises(ValueError):
+        jitops.less(x, y, broadcast="none")
+
+
+def test_out_may_alias_an_input_as_numpy():
+    x = np.arange(-10, 10, dtype=np.int32)
+    exp = np.left_shift(x, 2)
+    assert jitops.left_shift(x, 2, out=x) is x and np.array_equal(x, exp)
+    z = np.arange(12, dtype=np.int16)
+    exp = np.bitwise_xor(z[1:], z[:-1])
+    jitops.bitwise_xor(z[1:], z[:-1], out=z[:-1])
+    assert np.array_equal(z[:-1], exp)
+
+
+def test_bool_out_must_be_bool():
+    x = np.arange(4.0)
+    with pytest.raises(TypeError, match="dtype"):
+        jitops.less(x, 2.0, out=np.empty(4, np.float64))
