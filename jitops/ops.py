@@ -237,7 +237,26 @@ Examples
 _EXAMPLES = {"add": "[3.0, 8.0, 6.0]", "subtract": "[1.0, -2.0, 2.0]",
              "multiply": "[2.0, 15.0, 8.0]",
              "trunc_divide": "[2.0, 0.6, 2.0]", "maximum": "[2.0, 5.0, 4.0]",
-             "minimum": "[1.0, 3.0, 2.0]", "fmax": "[2.0, 5.0, 4.0]", "fmin": "[1.0, 3.0, 2.0]"}
+             "minimum": "[1.0, 3.0, 2.0]", "fmax": "[2.0, 5.0, 4.0]", "fmin": "[1.0, 3.0, 2.0]",
+             "elementwise_floordiv": "[2.0, 0.0, 2.0]", "elementwise_mod": "[0.0, 3.0, 0.0]",
+             "elementwise_pow": "[2.0, 243.0, 16.0]"}
+
+
+_PADDLE_RULES = {
+    "elementwise_floordiv": ("floor_divide", "Paddle's floored division: integers as NumPy's, but "
+                             "a zero divisor raises ZeroDivisionError before anything is written "
+                             "(minimum // -1, where Paddle's kernel dies of SIGFPE, wraps to the "
+                             "minimum); floats as :func:`jitops.floor_divide`.\n\n"),
+    "elementwise_mod": ("remainder", "Paddle's remainder (the divisor's sign): a zero divisor "
+                        "raises ZeroDivisionError on integers; a float zero result keeps the "
+                        "dividend's sign (``-6 % 3`` is -0.0, NumPy's +0.0). No unsigned or "
+                        "complex dtypes (Paddle has no kernel for them).\n\n"),
+    "elementwise_pow": ("power", "Paddle's power: on integers a negative exponent gives 0 "
+                        "(1 and -1 their powers), and a result beyond the dtype the minimum "
+                        "(``3 ** 40`` on int32 is -2147483648; NumPy wraps and raises for "
+                        "negative exponents); floats as :func:`jitops.power`. No unsigned or "
+                        "complex dtypes.\n\n"),
+}
 
 
 def _make_paddle(pname: str, op: str) -> PaddleOp:
@@ -253,6 +272,8 @@ def _make_paddle(pname: str, op: str) -> PaddleOp:
              "does; other dtypes divide as :func:`jitops.divide`.\n\n"
              ) if op == "trunc_divide" else ""
     public = "divide" if op == "trunc_divide" else op
+    if op in _PADDLE_RULES:
+        public, extra = _PADDLE_RULES[op]
     fn.__doc__ = _PDOC.format(pname=pname, op=public, extra=extra, example=_EXAMPLES[op],
                              acts=", ".join(ACT_NAMES))
     return fn
@@ -266,3 +287,6 @@ elementwise_max: PaddleOp = _make_paddle("elementwise_max", "maximum")
 elementwise_min: PaddleOp = _make_paddle("elementwise_min", "minimum")
 elementwise_fmax: PaddleOp = _make_paddle("elementwise_fmax", "fmax")
 elementwise_fmin: PaddleOp = _make_paddle("elementwise_fmin", "fmin")
+elementwise_floordiv: PaddleOp = _make_paddle("elementwise_floordiv", "elementwise_floordiv")
+elementwise_mod: PaddleOp = _make_paddle("elementwise_mod", "elementwise_mod")
+elementwise_pow: PaddleOp = _make_paddle("elementwise_pow", "elementwise_pow")

@@ -18,11 +18,13 @@ ARITHMETIC, COMPARISON, LOGICAL, BITWISE = "arithmetic", "comparison", "logical"
 
 @dataclass(frozen=True)
 class Row:
-    """One op of the family: its public name, NumPy's ufunc, its kind."""
+    """One op of the family: its public name, NumPy's ufunc (whose loop table gives its
+    dtypes), its kind, and whose rules its values follow (``numpy``, ``paddle``)."""
 
     name: str
     ufunc: np.ufunc
     kind: str
+    rules: str = "numpy"
 
 
 ROWS = {r.name: r for r in (
@@ -54,7 +56,16 @@ ROWS = {r.name: r for r in (
     Row("less_equal", np.less_equal, COMPARISON),
     Row("greater", np.greater, COMPARISON),
     Row("greater_equal", np.greater_equal, COMPARISON),
+    # Paddle's legacy names (jitops.elementwise_*), NumPy's dtypes and Paddle's values
+    Row("elementwise_floordiv", np.floor_divide, ARITHMETIC, "paddle"),
+    Row("elementwise_mod", np.remainder, ARITHMETIC, "paddle"),
+    Row("elementwise_pow", np.power, ARITHMETIC, "paddle"),
 )}
+
+#: The scalar entries that refuse a zero divisor before the launch (Paddle's error, raised
+#: as ZeroDivisionError): Paddle's integer division and remainder.
+ZERO_REFUSED = frozenset({"trunc_divide", "trunc_divide_unsigned", "paddle_floor_divide_signed",
+                          "paddle_remainder_signed"})
 
 #: Public aliases, as NumPy's (``numpy.mod`` is ``numpy.remainder``).
 ALIASES = {"mod": "remainder"}
@@ -63,11 +74,29 @@ _ORDERED = frozenset({"less", "less_equal", "greater", "greater_equal"})
 _BY_SIGN = frozenset({"floor_divide", "remainder", "gcd", "lcm"})
 
 #: ops whose complex loops jitops does not run yet (NumPy has them): refused with a TypeError
-NO_COMPLEX = frozenset({"power", "float_power"})
+NO_COMPLEX = frozenset({"power", "float_power", "elementwise_pow", "elementwise_mod",
+                        "elementwise_floordiv"})
+#: Paddle ops with no unsigned kernel in Paddle (a TypeError says so)
+NO_UNSIGNED = frozenset({"elementwise_mod", "elementwise_pow"})
+
+
+def _paddle(op: str, result: np.dtype) -> str:
+    """The scalar entry of Paddle's ``op`` for ``result`` (Paddle has no unsigned kernel for
+    ``elementwise_mod``/``_pow``: refused by the caller)."""
+    kind = {"i": "signed", "u": "unsigned", "b": "signed"}.get(result.kind, "float")
+    if op == "elementwise_floordiv":
+        if kind == "unsigned":  # floor is truncation; a zero divisor refused before
+            return "trunc_divide_unsigned"
+        return "paddle_floor_divide_signed" if kind == "signed" else "floor_divide_float"
+    if op == "elementwise_mod":
+        return f"paddle_remainder_{kind}"
+    return f"paddle_power_int_{8 * result.itemsize}" if kind == "signed" else "power_float"
 
 
 def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
     """The scalar-table entry of ``op`` for its loop's dtypes ``x``, ``y`` -> ``result``."""
+    if ROWS[op].rules == "paddle":
+        return _paddle(op, result)
     if ROWS[op].kind == COMPARISON:
         if x.kind in "iu" and y.kind in "iu" and x.kind != y.kind:
             return op + "_mixed"  # NumPy 2's exact int64/uint64 loops

@@ -279,6 +279,9 @@ def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> D
                         f"has no loop for them)") from None
     if result.kind == "c" and row.name in catalog.NO_COMPLEX:
         raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
+    if result.kind == "u" and row.name in catalog.NO_UNSIGNED:
+        raise TypeError(f"jitops.{fname}: Paddle has no kernel for unsigned integers "
+                        f"(dtype {result}); cast to a signed dtype first")
     if bf and result == _F16:
         result = bfloat16()
     if act is not None and row.kind != catalog.ARITHMETIC:

@@ -385,7 +385,7 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
                   else a for a in inputs]
         plan = _plan_of(mem, inputs, mode, axis, dt.result,
                         element_strides(mem.strides(target), dt.result.itemsize))
-    if kop == "trunc_divide" and plan.size and mem.any_zero(inputs[1]):
+    if impl in catalog.ZERO_REFUSED and plan.size and mem.any_zero(inputs[1]):
         raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
     if impl == "power_int" and plan.size and mem.any_negative(inputs[1]):
         raise ValueError(f"jitops.{fname}: Integers to negative integer powers are not "

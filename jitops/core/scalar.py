@@ -458,6 +458,55 @@ def power_int(a, b, T):
     return out
 
 
+# -- Paddle's legacy elementwise_floordiv / _mod / _pow (paddle/phi/kernels/funcs/
+#    elementwise_functor.h, as Paddle 3.3.1 answers): integer division by zero is refused
+#    before the launch (Paddle's error); minimum // -1 and minimum % -1, where Paddle's CPU
+#    kernel dies of SIGFPE, wrap as every other integer overflow.
+def paddle_floor_divide_signed(a, b, T):
+    if b == T(-1):
+        return T(-a)
+    return T(a // b)
+
+
+def paddle_remainder_signed(a, b, T):
+    if b == T(-1):
+        return T(0)
+    return T(a % b)
+
+
+def paddle_remainder_float(a, b, T):
+    """Python's remainder from ``fmod``, but a zero keeps the dividend's sign (``-6 % 3`` is
+    -0.0, NumPy's +0.0); NaN for a zero divisor."""
+    mod = T(fmod_c(a, b))
+    if mod != T(0) and negative(b, T) != negative(mod, T):
+        mod = mod + b
+    return mod
+
+
+def _paddle_power(bits):
+    """Paddle's integer power for ``bits``-wide integers: a negative exponent gives 0 (1 and
+    -1 give their powers); else C's ``pow`` in double, cast as x86 casts (an out-of-range
+    value becomes the minimum: ``3 ** 40`` on int32 is -2147483648, not NumPy's wrap)."""
+    top = 2.0 ** (bits - 1)
+
+    def paddle_power_int(a, b, T):
+        if b < T(0):
+            if a == T(1):
+                return T(1)
+            if a == T(-1):
+                return T(-1) if b & T(1) else T(1)
+            return T(0)
+        v = pow_c(float(a), float(b))
+        if v != v or v >= top or v < -top:
+            return T(-top)
+        return T(v)
+
+    return paddle_power_int
+
+
+PADDLE_POWERS = {bits: _paddle_power(bits) for bits in (8, 16, 32, 64)}
+
+
 def power_float(a, b, T):
     return T(pow_c(a, b))
 
@@ -590,6 +639,10 @@ HELPERS = (negative, _divmod_float, order_mixed, less_complex, less_equal_comple
            gcd_unsigned)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
+for _f in (paddle_floor_divide_signed, paddle_remainder_signed, paddle_remainder_float):
+    OPS[_f.__name__] = _f
+for _bits, _f in PADDLE_POWERS.items():
+    OPS[f"paddle_power_int_{_bits}"] = _f
 
 
 # -- fused activations (Paddle's act=) ---------------------------------------------------------

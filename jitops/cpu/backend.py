@@ -16,7 +16,7 @@ from functools import lru_cache, partial
 import numba
 import numpy as np
 
-from ..core import config, errstate
+from ..core import catalog, config, errstate
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
 from . import kernels, nary, parallel, pool, recycle, registries
@@ -267,8 +267,8 @@ class Launch(_Output):
         # integer ``elementwise_div`` refuses a zero divisor, integer ``power`` a negative
         # exponent, before writing (the pipeline raises): a repeat must find y free of them
         # before it launches (run does)
-        self.y_check = _Y_CHECKS.get(spec.op) if spec.y.kind == "i" or \
-            spec.op.startswith("trunc_divide") else None
+        self.y_check = None if spec.op == "power_int" and spec.y.kind != "i" else \
+            _Y_CHECKS.get(spec.op)
         self.parallel = kernels.runs_parallel(plan, dtype, (spec.x, spec.y))
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
@@ -362,8 +362,7 @@ def header_checks(launch: Launch, arrays, threads: int = 1) -> np.ndarray | None
 
 #: The kernel ops that refuse some values of y, and the test finding one (the pipeline then
 #: raises its error): integer Paddle division a zero divisor, integer power a negative exponent.
-_Y_CHECKS = {"trunc_divide": lambda y: not y.all(),
-             "trunc_divide_unsigned": lambda y: not y.all(),
+_Y_CHECKS = {**{impl: (lambda y: not y.all()) for impl in catalog.ZERO_REFUSED},
              "power_int": lambda y: bool((y < 0).any())}
 
 
