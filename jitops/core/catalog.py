@@ -60,12 +60,25 @@ ROWS = {r.name: r for r in (
     Row("elementwise_floordiv", np.floor_divide, ARITHMETIC, "paddle"),
     Row("elementwise_mod", np.remainder, ARITHMETIC, "paddle"),
     Row("elementwise_pow", np.power, ARITHMETIC, "paddle"),
+    # OpenVINO's opset (jitops.openvino) where its rules are not NumPy's: NumPy's dtypes
+    # (integer Divide stays integer: floor_divide's loops), the spec's values
+    Row("ov_divide", np.floor_divide, ARITHMETIC, "openvino"),
+    Row("ov_divide_trunc", np.floor_divide, ARITHMETIC, "openvino"),
+    Row("ov_floor_mod", np.remainder, ARITHMETIC, "openvino"),
+    Row("ov_mod", np.fmod, ARITHMETIC, "openvino"),
+    Row("ov_power", np.power, ARITHMETIC, "openvino"),
+    Row("ov_squared_difference", np.subtract, ARITHMETIC, "openvino"),
+    Row("ov_maximum", np.maximum, ARITHMETIC, "openvino"),
+    Row("ov_minimum", np.minimum, ARITHMETIC, "openvino"),
+    Row("ov_logical_and", np.logical_and, LOGICAL, "openvino"),
+    Row("ov_logical_or", np.logical_or, LOGICAL, "openvino"),
+    Row("ov_logical_xor", np.logical_xor, LOGICAL, "openvino"),
 )}
 
 #: The scalar entries that refuse a zero divisor before the launch (Paddle's error, raised
 #: as ZeroDivisionError): Paddle's integer division and remainder.
 ZERO_REFUSED = frozenset({"trunc_divide", "trunc_divide_unsigned", "paddle_floor_divide_signed",
-                          "paddle_remainder_signed"})
+                          "paddle_remainder_signed", "ov_mod_signed", "ov_mod_unsigned"})
 
 #: Public aliases, as NumPy's (``numpy.mod`` is ``numpy.remainder``).
 ALIASES = {"mod": "remainder"}
@@ -75,7 +88,9 @@ _BY_SIGN = frozenset({"floor_divide", "remainder", "gcd", "lcm"})
 
 #: ops whose complex loops jitops does not run yet (NumPy has them): refused with a TypeError
 NO_COMPLEX = frozenset({"power", "float_power", "elementwise_pow", "elementwise_mod",
-                        "elementwise_floordiv"})
+                        "elementwise_floordiv", "ov_power"})
+#: OpenVINO's logical ops take booleans only (the spec's T_BOOL): other dtypes are refused
+BOOL_ONLY = frozenset({"ov_logical_and", "ov_logical_or", "ov_logical_xor"})
 #: Paddle ops with no unsigned kernel in Paddle (a TypeError says so)
 NO_UNSIGNED = frozenset({"elementwise_mod", "elementwise_pow"})
 
@@ -93,10 +108,32 @@ def _paddle(op: str, result: np.dtype) -> str:
     return f"paddle_power_int_{8 * result.itemsize}" if kind == "signed" else "power_float"
 
 
+def _openvino(op: str, result: np.dtype) -> str:
+    """The scalar entry of OpenVINO's ``op`` (a ``ov_`` row) for ``result``."""
+    kind = {"i": "signed", "u": "unsigned", "b": "signed"}.get(result.kind, "float")
+    if op.startswith("ov_logical"):
+        return op[3:]
+    if op in ("ov_squared_difference", "ov_maximum", "ov_minimum"):
+        return op
+    if op == "ov_power":  # (unsigned: exact and wrapping, where the reference's cast is UB)
+        return {"signed": f"ov_power_int_{8 * result.itemsize}", "unsigned": "power_int",
+                "float": "power_float"}[kind]
+    if kind == "unsigned":  # floor and truncation agree; a zero divisor refused before
+        return "ov_mod_unsigned" if op in ("ov_floor_mod", "ov_mod") \
+            else "trunc_divide_unsigned"
+    if kind == "float":
+        return {"ov_divide": "divide", "ov_divide_trunc": "divide",
+                "ov_floor_mod": "ov_floor_mod_float", "ov_mod": "ov_mod_float"}[op]
+    return {"ov_divide": "paddle_floor_divide_signed", "ov_divide_trunc": "trunc_divide",
+            "ov_floor_mod": "paddle_remainder_signed", "ov_mod": "ov_mod_signed"}[op]
+
+
 def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
     """The scalar-table entry of ``op`` for its loop's dtypes ``x``, ``y`` -> ``result``."""
     if ROWS[op].rules == "paddle":
         return _paddle(op, result)
+    if ROWS[op].rules == "openvino":
+        return _openvino(op, result)
     if ROWS[op].kind == COMPARISON:
         if x.kind in "iu" and y.kind in "iu" and x.kind != y.kind:
             return op + "_mixed"  # NumPy 2's exact int64/uint64 loops
@@ -129,7 +166,11 @@ KEPT = {"ldexp": (False, True), **{op: (True, True) for op in _LOGICAL},
 QUIET = frozenset(
     [f"{op}{tail}" for op in _COMPARISONS for tail in ("", "_mixed", "_complex")]
     + _LOGICAL + ["always_true", "always_false", "bitwise_and", "bitwise_or", "bitwise_xor"]
-    + [f"{op}_{bits}" for op in ("left_shift", "right_shift") for bits in (8, 16, 32, 64)])
+    + [f"{op}_{bits}" for op in ("left_shift", "right_shift", "ov_power_int")
+       for bits in (8, 16, 32, 64)]
+    # OpenVINO's own entries: the opset reports no floating-point exceptions
+    + ["ov_floor_mod_float", "ov_mod_float", "ov_squared_difference", "ov_maximum",
+       "ov_minimum", "ov_mod_signed", "ov_mod_unsigned"])
 
 
 def decided(op: str, scalar: int, dtype: np.dtype, scalar_first: bool) -> bool | None:

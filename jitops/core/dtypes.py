@@ -279,6 +279,9 @@ def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> D
                         f"has no loop for them)") from None
     if result.kind == "c" and row.name in catalog.NO_COMPLEX:
         raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
+    if row.name in catalog.BOOL_ONLY and (slots[0] != np.bool_ or slots[1] != np.bool_):
+        raise TypeError(f"jitops.{fname}: takes boolean tensors only (the opset's T_BOOL), "
+                        f"not {' and '.join(str(s) for s in slots)}")
     if result.kind == "u" and row.name in catalog.NO_UNSIGNED:
         raise TypeError(f"jitops.{fname}: Paddle has no kernel for unsigned integers "
                         f"(dtype {result}); cast to a signed dtype first")

@@ -197,6 +197,11 @@ def floor_f(a):
     return float(math.floor(a)) if math.isfinite(a) else a
 
 
+def double(v):
+    """``v`` as a C double (Numba's ``float()`` keeps a float32 a float32)."""
+    return float(v)
+
+
 def pow_c(a, b):
     """C's ``pow``."""
     try:
@@ -507,6 +512,55 @@ def _paddle_power(bits):
 PADDLE_POWERS = {bits: _paddle_power(bits) for bits in (8, 16, 32, 64)}
 
 
+# -- OpenVINO's opset (jitops.openvino): the spec's semantics, its reference implementation
+#    (src/core/reference) where the spec is silent. Integer division by zero is refused before
+#    the launch (the reference throws); minimum / -1 wraps.
+def ov_floor_mod_float(a, b, T):
+    """``x - y * floor(x / y)`` in double, as the reference (a zero result is +0.0 there,
+    NumPy's takes the divisor's sign)."""
+    xd, yd = double(a), double(b)
+    return T(xd - yd * floor_f(xd / yd))
+
+
+def ov_mod_float(a, b, T):
+    """``x - trunc(x / y) * y`` in the compute type, as the reference (not C's fmod)."""
+    q = a / b
+    t = floor_f(q) if q >= T(0) else -floor_f(-q)
+    return T(a - T(t * b))
+
+
+def _ov_power(bits):
+    """The reference's integer power for ``bits``-wide integers: C's ``pow`` in double, cast as
+    x86 casts (truncated; beyond the dtype, NaN or infinite: the minimum)."""
+    top = 2.0 ** (bits - 1)
+
+    def ov_power_int(a, b, T):
+        v = pow_c(float(a), float(b))
+        if v != v or v >= top or v < -top:
+            return T(-top)
+        return T(v)
+
+    return ov_power_int
+
+
+OV_POWERS = {bits: _ov_power(bits) for bits in (8, 16, 32, 64)}
+
+
+def ov_squared_difference(a, b, T):
+    d = T(a - b)
+    return T(d * d)
+
+
+def ov_maximum(a, b, T):
+    """``std::max(a, b)``: ``a`` unless ``a < b`` (a NaN in ``b`` gives ``a``, in ``a`` NaN)."""
+    return b if a < b else a
+
+
+def ov_minimum(a, b, T):
+    """``std::min(a, b)``: ``a`` unless ``b < a``."""
+    return b if b < a else a
+
+
 def power_float(a, b, T):
     return T(pow_c(a, b))
 
@@ -643,6 +697,12 @@ for _f in (paddle_floor_divide_signed, paddle_remainder_signed, paddle_remainder
     OPS[_f.__name__] = _f
 for _bits, _f in PADDLE_POWERS.items():
     OPS[f"paddle_power_int_{_bits}"] = _f
+for _f in (ov_floor_mod_float, ov_mod_float, ov_squared_difference, ov_maximum, ov_minimum):
+    OPS[_f.__name__] = _f
+# C's % under names of their own: OpenVINO's refuse a zero divisor before the launch
+OPS["ov_mod_signed"], OPS["ov_mod_unsigned"] = fmod_signed, remainder_unsigned
+for _bits, _f in OV_POWERS.items():
+    OPS[f"ov_power_int_{_bits}"] = _f
 
 
 # -- fused activations (Paddle's act=) ---------------------------------------------------------

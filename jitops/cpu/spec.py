@@ -351,6 +351,11 @@ def _ov_pow(a, b):
     return lambda a, b: math.pow(a, b)
 
 
+@overload(_scalar.double, jit_options=INNER)
+def _ov_double(v):
+    return lambda v: types.float64(v)
+
+
 @overload(_scalar.ldexp_c, jit_options=INNER)
 def _ov_ldexp(a, e):
     return lambda a, e: math.ldexp(a, e)

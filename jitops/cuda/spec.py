@@ -304,6 +304,10 @@ if not SIMULATOR:
     def _ov_pow(a, b):
         return lambda a, b: math.pow(a, b)
 
+    @_ext.overload(_scalar.double, target="cuda")
+    def _ov_double(v):
+        return lambda v: types.float64(v)
+
     @_ext.overload(_scalar.ldexp_c, target="cuda")
     def _ov_ldexp(a, e):
         return lambda a, e: math.ldexp(a, e)
