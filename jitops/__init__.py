@@ -11,7 +11,7 @@ from .cpu import parallel as _parallel
 
 _parallel.configure()  # before anything can launch a parallel kernel
 
-from . import act  # noqa: E402
+from . import act, openvino  # noqa: E402  (openvino: the opset's names; imports no openvino)
 from .core.pipeline import ScalarOverflowError  # noqa: E402
 from .core.plan import result_shape  # noqa: E402
 from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
@@ -32,14 +32,14 @@ from .ops import (  # noqa: E402
     divide,
     elementwise_add,
     elementwise_div,
-    elementwise_fmax,
     elementwise_floordiv,
+    elementwise_fmax,
     elementwise_fmin,
-    elementwise_mod,
-    elementwise_pow,
     elementwise_max,
     elementwise_min,
+    elementwise_mod,
     elementwise_mul,
+    elementwise_pow,
     elementwise_sub,
     equal,
     float_power,
@@ -85,7 +85,7 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
     "logical_and", "logical_or", "logical_xor",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-    "elementwise", "ElementwiseOp", "act",
+    "elementwise", "ElementwiseOp", "act", "openvino",
     "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
     "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

@@ -113,8 +113,8 @@ _FAMILY = {
     "logaddexp": ("log(exp(x) + exp(y))", _ULP),
     "logaddexp2": ("log2(2**x + 2**y)", _ULP),
     "ldexp": ("x * 2**y, y an integer", _EXACT),
-    "gcd": ("the greatest common divisor of |x| and |y|", "Integers only. " + _EXACT),
-    "lcm": ("the least common multiple of |x| and |y|", "Integers only; wraps as NumPy's. "
+    "gcd": ("the greatest common divisor of abs(x) and abs(y)", "Integers only. " + _EXACT),
+    "lcm": ("the least common multiple of abs(x) and abs(y)", "Integers only; wraps as NumPy's. "
             + _EXACT),
     "bitwise_and": ("x & y", "Integers and bools. " + _EXACT + _NO_ACT),
     "bitwise_or": ("x | y", "Integers and bools. " + _EXACT + _NO_ACT),

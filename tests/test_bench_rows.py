@@ -218,3 +218,27 @@ def test_the_cuda_section_renders_call_and_kernel_times():
                     "| 40.0 µs (0.10×) | 33.0 µs (1.10×) |")
     assert cuda_bench.markdown({"available": False, "reason": "no GPU"}) == \
         "CUDA: not run (no GPU)."
+
+
+@pytest.mark.parametrize("key", ["floordiv_i32_scalar", "power_f32", "greater_f32_1e4",
+                                 "ov_divide_pdpd"])
+def test_the_family_rows_contenders_compute_what_jitops_computes(key):
+    """Each contender of the binary-family rows (a new result each) gives jitops' answer:
+    PyTorch's, Paddle's and OpenVINO's own ops."""
+    import numpy as np
+
+    from jitops.bench import cases
+
+    case = next(c for c in cases.CASES if c.key == key)
+    contenders, _ = case.build()
+    want = contenders["jitops"]()
+    for name, fn in contenders.items():
+        got = fn()
+        if hasattr(got, "to_dict"):  # OpenVINO's results
+            got = next(iter(got.to_dict().values()))
+        elif hasattr(got, "detach"):
+            got = got.numpy()
+        elif not isinstance(got, np.ndarray):
+            got = np.from_dlpack(got)
+        np.testing.assert_allclose(np.asarray(got).astype(np.float64), want.astype(np.float64),
+                                   rtol=2e-6, err_msg=name)

@@ -312,6 +312,77 @@ def _paddle_sub():
             "paddle": lambda: paddle.subtract(px, py)}, 3 * x.nbytes
 
 
+def _ov_compiled(op: str, x, y, **attrs):
+    """OpenVINO's CPU plugin running a compiled ``op`` (opset13's Python name) on x and y,
+    sharing their memory; its own output buffer (a new result each call, as the others)."""
+    ov = _optional("openvino")
+    if ov is None:
+        return None
+    from openvino import opset13 as ops
+
+    a = ops.parameter(list(x.shape), ov.Type(x.dtype))
+    b = ops.parameter(list(y.shape), ov.Type(y.dtype))
+    model = ov.Model([getattr(ops, op)(a, b, **attrs)], [a, b])
+    compiled = ov.Core().compile_model(model, "CPU", {
+        "INFERENCE_PRECISION_HINT": "f32", "INFERENCE_NUM_THREADS": _THREADS[0]})
+    req = compiled.create_infer_request()
+    req.set_input_tensor(0, ov.Tensor(x, shared_memory=True))
+    req.set_input_tensor(1, ov.Tensor(y, shared_memory=True))
+    return req.infer
+
+
+def _family(op: str, dtype, n: int, scalar=None, torch_op: str = "", paddle_op: str = "",
+            ov_op: str = ""):
+    """NumPy's binary-family ``op`` on two ``n``-element arrays (or an array and the Python
+    number ``scalar``), a new result, by every contender with that op; integer divisors
+    and exponents kept in range (1-50, 0-3)."""
+    def build():
+        rng = np.random.default_rng(4)
+        if np.dtype(dtype).kind == "i":
+            x = rng.integers(-1000, 1000, n).astype(dtype)
+            y = rng.integers(1, 50, n).astype(dtype) if op != "power" else \
+                rng.integers(0, 4, n).astype(dtype)
+        else:
+            x = _rand(n, dtype, seed=1) + np.asarray(0.5, dtype)
+            y = _rand(n, dtype, seed=2) * np.asarray(3, dtype)
+        yv = y if scalar is None else scalar
+        c = {"jitops": lambda: getattr(jitops, op)(x, yv),
+             "numpy": lambda: getattr(np, op)(x, yv)}
+        if torch is not None and torch_op:
+            tx, ty = _t(x, y)
+            ts = ty if scalar is None else scalar
+            c["torch"] = lambda: getattr(torch, torch_op)(tx, ts)
+        paddle = _optional("paddle") if paddle_op else None
+        if paddle is not None:
+            px = paddle.from_dlpack(x)
+            ps = paddle.from_dlpack(y) if scalar is None else scalar
+            c["paddle"] = lambda: getattr(paddle, paddle_op)(px, ps)
+        run = _ov_compiled(ov_op, x, y if scalar is None else np.full(1, scalar, dtype)) \
+            if ov_op else None
+        if run is not None:
+            c["openvino"] = run
+        out_size = np.result_type(getattr(np, op)(x[:1], yv)).itemsize
+        return c, n * (x.itemsize + (y.itemsize if scalar is None else 0) + out_size)
+    return build
+
+
+def _ov_divide_pdpd():
+    """``jitops.openvino.Divide`` on int32, X(32,64,56,56) and Y(56,) (pdpd, trailing), a new
+    result, against the OpenVINO CPU plugin's compiled Divide (which truncates where the spec
+    floors: the same values here, all positive) and NumPy's floor_divide."""
+    import jitops.openvino as jov
+
+    rng = np.random.default_rng(5)
+    x = rng.integers(0, 1000, (32, 64, 56, 56)).astype(np.int32)
+    y = rng.integers(1, 50, 56).astype(np.int32)
+    c = {"jitops": lambda: jov.Divide(x, y, "pdpd"), "numpy": lambda: np.floor_divide(x, y)}
+    # (the Python API's "pdpd" string carries no axis: the trailing pdpd fit is NumPy's)
+    run = _ov_compiled("divide", x, y, auto_broadcast="numpy")
+    if run is not None:
+        c["openvino"] = run
+    return c, 2 * x.nbytes + y.nbytes
+
+
 #: Operands per call of a varying-shape row, and distinct operand sets it cycles through:
 #: almost every call of a run meets a shape it has not met (or not lately).
 _BATCH, _POOL = 100, 4000
@@ -427,6 +498,22 @@ CASES = [
     Case("vary_rows_cols", f"X(n,k) + b(k,), n 1-200 and k 16-256 random, new result (per "
          f"{_BATCH} calls)", _varying_rows("numpy", vary_cols=True), {"numpy": 0.5},
          rounds=41, note="target: within 2x NumPy's call on 2-D broadcast shapes never seen"),
+    Case("floordiv_i32", "floor_divide int32, 1e7, new result",
+         _family("floor_divide", np.int32, 10**7, torch_op="floor_divide",
+                 paddle_op="floor_divide", ov_op="divide"), {"numpy": 1.0}, rounds=21),
+    Case("floordiv_i32_scalar", "floor_divide int32 by 7, 1e7, new result (NumPy: libdivide)",
+         _family("floor_divide", np.int32, 10**7, scalar=7, torch_op="floor_divide"),
+         {"numpy": 1.0}, rounds=21),
+    Case("power_f32", "power float32, 1e7, new result",
+         _family("power", np.float32, 10**7, torch_op="pow", paddle_op="pow", ov_op="power"),
+         {"numpy": 1.5}, rounds=21),
+    Case("greater_f32", "greater float32 -> bool, 1e7, new result",
+         _family("greater", np.float32, 10**7, torch_op="gt", paddle_op="greater_than",
+                 ov_op="greater"), {"numpy": 1.0}, rounds=21),
+    Case("greater_f32_1e4", "greater float32 -> bool, 1e4, new result",
+         _family("greater", np.float32, 10**4, torch_op="gt"), {"numpy": 1.0}),
+    Case("ov_divide_pdpd", "openvino.Divide int32 pdpd X(32,64,56,56) / Y(56,), new result",
+         _ov_divide_pdpd, {"numpy": 1.0}, rounds=21),
     Case("pandas_sub", "pandas Series s1 - s2, 1e7 float64, aligned (new result)", _pandas_sub,
          {"pandas": 1.0}, rounds=21, requires="pandas"),
     Case("paddle_sub", "Paddle tensors x - y, 2e7 float32, new result", _paddle_sub,

@@ -1,10 +1,11 @@
-"""NumPy's binary family as rows: each op's NumPy ufunc, its kind, and its scalar entry per loop.
+"""The binary family as rows: NumPy's ufuncs, Paddle's legacy names, OpenVINO's opset.
 
-A row is all an op is: its dtypes come from its NumPy ufunc's own loop table
+A row is all an op is: its dtypes come from a NumPy ufunc's own loop table
 (``ufunc.resolve_dtypes``, weak Python scalars included), its kernels from the scalar-table
-entry :func:`implementation` picks for the loop's dtypes (jitops.core.scalar), and its
-kind decides the rest -- comparisons, logical and bitwise ops refuse ``act=`` and report no
-floating-point flags; arithmetic ones take ``act=`` as the original eight do. Numba-free.
+entry :func:`implementation` picks for the loop's dtypes and the row's rule book (``numpy``,
+``paddle``, ``openvino``: jitops.core.scalar), and its kind decides the rest -- comparisons,
+logical and bitwise ops refuse ``act=`` and report no floating-point flags; arithmetic ones
+take ``act=`` as the original eight do. Numba-free.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ ARITHMETIC, COMPARISON, LOGICAL, BITWISE = "arithmetic", "comparison", "logical"
 
 @dataclass(frozen=True)
 class Row:
-    """One op of the family: its public name, NumPy's ufunc (whose loop table gives its
-    dtypes), its kind, and whose rules its values follow (``numpy``, ``paddle``)."""
+    """One op: its name, the NumPy ufunc whose loop table gives its dtypes, its kind, and
+    whose rules its values follow (``numpy``, ``paddle``, ``openvino``)."""
 
     name: str
     ufunc: np.ufunc
@@ -88,7 +89,7 @@ _BY_SIGN = frozenset({"floor_divide", "remainder", "gcd", "lcm"})
 
 #: ops whose complex loops jitops does not run yet (NumPy has them): refused with a TypeError
 NO_COMPLEX = frozenset({"power", "float_power", "elementwise_pow", "elementwise_mod",
-                        "elementwise_floordiv", "ov_power"})
+                        "elementwise_floordiv", "ov_power", "ov_maximum", "ov_minimum"})
 #: OpenVINO's logical ops take booleans only (the spec's T_BOOL): other dtypes are refused
 BOOL_ONLY = frozenset({"ov_logical_and", "ov_logical_or", "ov_logical_xor"})
 #: Paddle ops with no unsigned kernel in Paddle (a TypeError says so)
