@@ -89,6 +89,28 @@ def test_every_cuda_kernel_compiles_for_sm90(chunk, sm90):
     assert not failed, f"{len(failed)} of {len(items)} kernels failed:\n" + "\n".join(failed[:5])
 
 
+@pytest.mark.parametrize("chunk", [c if c < 1 else pytest.param(c, marks=pytest.mark.slow)
+                                   for c in range(CHUNKS)])
+def test_every_family_kernel_compiles_for_sm90(chunk, sm90):
+    """The binary family's kernels (jitops.cuda.catalog.family): an eighth in the main job,
+    every one under ``-m cuda_compile`` or ``-m slow``."""
+    from numba import cuda
+
+    from jitops.cuda import catalog, kernels
+
+    items = list(catalog.family())[chunk::CHUNKS]
+    failed = []
+    for name, label, argtypes in items:
+        try:
+            ptx, _ = cuda.compile_ptx(kernels.KERNELS[name].py_func, argtypes, cc=CC)
+            assert _cubin(ptx) > 0
+        except Exception:
+            failed.append(f"{name} [{label}]: {traceback.format_exc(limit=1).strip()[-600:]}")
+    with open(os.environ["JITOPS_COMPILE_REPORT"], "a") as f:
+        f.write(f"{len(items) - len(failed)} {len(failed)}\n")
+    assert not failed, f"{len(failed)} of {len(items)} kernels failed:\n" + "\n".join(failed[:5])
+
+
 def test_catalogue_reaches_every_op_dtype_and_act():
     """The walk is not a hand-kept list: every op, dtype and activation the dispatcher
     accepts appears in it."""

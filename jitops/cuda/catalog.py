@@ -105,6 +105,18 @@ def user_spec(fn, dt: np.dtype) -> CudaSpec:
     return CudaSpec(op.key, None, (dt,) * op.nin, out, compute, op.cacheable)
 
 
+def family() -> Iterator[tuple[str, str, tuple]]:
+    """The binary family's kernels (jitops.core.catalog): every row on every dtype it has a
+    loop for, and the exact int64/uint64 comparisons."""
+    for op, dt in itertools.product(ROWS, SUPPORTED):
+        s = builtin_spec(op, None, dt, dt)
+        if s is not None:
+            yield "contig", f"{op} {dt}", contig_types(s)
+    for op in ("less", "equal"):
+        s = builtin_spec(op, None, np.dtype("int64"), np.dtype("uint64"))
+        yield "contig", f"{op} int64,uint64", contig_types(s)
+
+
 def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
     """(kernel name, a label, argument types) of every kernel in the walk (see the module)."""
     seen = set()
@@ -134,14 +146,6 @@ def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
         if s is not None:
             yield from emit("contig", f"{op} {dt}", contig_types(s))
             yield from emit("strided", f"{op} {dt} nd=2", strided_types(s, 2, True))
-    for i, op in enumerate(ROWS):  # the family: every op on every dtype it has a loop for
-        for dt in SUPPORTED:
-            s = builtin_spec(op, None, dt, dt)
-            if s is not None:
-                yield from emit("contig", f"{op} {dt}", contig_types(s))
-    for op in ("less", "equal"):  # the exact int64/uint64 comparisons
-        s = builtin_spec(op, None, np.dtype("int64"), np.dtype("uint64"))
-        yield from emit("contig", f"{op} int64,uint64", contig_types(s))
     for act, dt in itertools.product(ACT_NAMES, SUPPORTED):
         s = builtin_spec("subtract" if dt.kind != "b" else "add", act, dt, dt)
         if s is not None:
