@@ -488,6 +488,15 @@ def paddle_remainder_float(a, b, T):
     return mod
 
 
+def pow_cast(a, b, top, T):
+    """C's ``pow`` of ``a`` and ``b`` in double, cast to ``T`` as x86 casts: truncated, and
+    the minimum (``-top``) where NaN, infinite or beyond ``[-top, top)``."""
+    v = pow_c(double(a), double(b))
+    if v != v or v >= top or v < -top:
+        return T(-top)
+    return T(v)
+
+
 def _paddle_power(bits):
     """Paddle's integer power for ``bits``-wide integers: a negative exponent gives 0 (1 and
     -1 give their powers); else C's ``pow`` in double, cast as x86 casts (an out-of-range
@@ -501,10 +510,7 @@ def _paddle_power(bits):
             if a == T(-1):
                 return T(-1) if b & T(1) else T(1)
             return T(0)
-        v = pow_c(float(a), float(b))
-        if v != v or v >= top or v < -top:
-            return T(-top)
-        return T(v)
+        return pow_cast(a, b, top, T)
 
     return paddle_power_int
 
@@ -535,10 +541,7 @@ def _ov_power(bits):
     top = 2.0 ** (bits - 1)
 
     def ov_power_int(a, b, T):
-        v = pow_c(float(a), float(b))
-        if v != v or v >= top or v < -top:
-            return T(-top)
-        return T(v)
+        return pow_cast(a, b, top, T)
 
     return ov_power_int
 
@@ -689,8 +692,8 @@ _FAMILY = (
 OPS.update({f.__name__: f for f in _FAMILY})
 #: Table functions that other table functions call: each backend compiles them as functions
 #: of their own (a compiled function finds a plain Python one it calls by an overload).
-HELPERS = (negative, _divmod_float, order_mixed, less_complex, less_equal_complex, gcd_signed,
-           gcd_unsigned)
+HELPERS = (negative, pow_cast, _divmod_float, order_mixed, less_complex, less_equal_complex,
+           gcd_signed, gcd_unsigned)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
 for _f in (paddle_floor_divide_signed, paddle_remainder_signed, paddle_remainder_float):
