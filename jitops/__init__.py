@@ -11,7 +11,7 @@ from .cpu import parallel as _parallel
 
 _parallel.configure()  # before anything can launch a parallel kernel
 
-from . import act, openvino  # noqa: E402  (openvino: the opset's names; imports no openvino)
+from . import act, openvino, scalar  # noqa: E402  (openvino: the opset; imports no openvino)
 from .core.pipeline import ScalarOverflowError  # noqa: E402
 from .core.plan import result_shape  # noqa: E402
 from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
@@ -85,7 +85,7 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
     "logical_and", "logical_or", "logical_xor",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
-    "elementwise", "ElementwiseOp", "act", "openvino",
+    "elementwise", "ElementwiseOp", "act", "scalar", "openvino",
     "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
     "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

@@ -377,3 +377,26 @@ def test_paddle_integer_division_by_zero_raises_before_writing():
     assert np.array_equal(jitops.elementwise_floordiv(x, y + 1), x // (y + 1))
     with pytest.raises(TypeError, match="no kernel for unsigned"):
         jitops.elementwise_pow(np.arange(3, dtype=np.uint8), np.uint8(2))
+
+
+# -- the family's scalar rules inside user ops (jitops.scalar) -------------------------------------
+
+@pytest.mark.parametrize("op, dt", [("floor_divide", "int16"), ("remainder", "float32"),
+                                    ("fmod", "int64"), ("heaviside", "float64"),
+                                    ("right_shift", "int8"), ("logical_xor", "float32"),
+                                    ("greater_equal", "uint8"), ("gcd", "int32")])
+def test_the_scalar_rules_inside_a_user_op_are_the_ops(op, dt):
+    rule = getattr(jitops.scalar, op)
+
+    @jitops.elementwise
+    def user(x, y):
+        return rule(x, y)
+
+    s = specials(dt)
+    x, y = np.repeat(s, s.size), np.tile(s, s.size)
+    with np.errstate(all="ignore"):
+        got, exp = user(x, y), getattr(jitops, op)(x, y)
+    assert got.dtype == exp.dtype or (exp.dtype == bool and got.dtype == bool)
+    assert (_same_bits(got, exp) if exp.dtype.kind == "f" else got == exp).all()
+    assert jitops.scalar.floor_divide(-7, 2) == -4 and sorted(jitops.scalar.__all__) == \
+        sorted(FAMILY)
