@@ -400,3 +400,21 @@ def test_the_scalar_rules_inside_a_user_op_are_the_ops(op, dt):
     assert (_same_bits(got, exp) if exp.dtype.kind == "f" else got == exp).all()
     assert jitops.scalar.floor_divide(-7, 2) == -4 and sorted(jitops.scalar.__all__) == \
         sorted(FAMILY)
+
+
+@pytest.mark.parametrize("dx, dy", [("int8", "int8"), ("int16", "int16"), ("int32", "int32"),
+                                    ("uint8", "int8"), ("bool", "int16")])
+def test_narrow_floor_division_in_double_keeps_numpys_values_and_warnings(dx, dy):
+    """Signed floor division of at most 32 bits runs in double (it vectorises; its flags come
+    from arithmetic the compiler must keep): the grid, broadcast and parallel out=, values
+    and NumPy's divide-by-zero and overflow warnings, so that a compiler folding either away
+    fails here."""
+    run_grid("floor_divide", dx, dy)
+    x = np.array([np.iinfo(np.int32).min, 7, -7, 0], np.int32)
+    for y, want in ((np.int32(-1), "overflow"), (np.zeros(4, np.int32), "divide by zero")):
+        with pytest.warns(RuntimeWarning, match=want):
+            got = jitops.floor_divide(np.tile(x, 300), np.broadcast_to(y, 1200) if
+                                      np.ndim(y) == 0 else np.tile(y, 300))
+        with np.errstate(all="ignore"):
+            assert np.array_equal(got, np.floor_divide(np.tile(x, 300), np.tile(y, 1200 //
+                                                                               np.size(y))))

@@ -51,6 +51,7 @@ class DTypes:
 
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
+_BOOL = np.dtype(bool)
 
 
 def bfloat16() -> np.dtype | None:
@@ -292,5 +293,9 @@ def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> D
                         f"is {'bool' if row.kind != catalog.BITWISE else 'an integer mask'})")
     check_act_dtype(act, result, fname)
     impl = catalog.implementation(row.name, x, y, result)
+    if impl.startswith("floor_divide_signed_") and _BOOL in (slots[0], slots[1]):
+        # a bool operand's two values let the compiler fold away the division that raises
+        # NumPy's divide-by-zero flag: the exact loop instead
+        impl = "floor_divide_signed"
     compute = np.dtype(np.uint64) if impl.endswith("_mixed") else compute_dtype(x)
     return DTypes(result, compute, impl)

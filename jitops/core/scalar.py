@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .errstate import DIVIDE, INVALID, OVERFLOW
 
 
@@ -198,8 +200,9 @@ def floor_f(a):
 
 
 def double(v):
-    """``v`` as a C double (Numba's ``float()`` keeps a float32 a float32)."""
-    return float(v)
+    """``v`` as a C double (Numba's ``float()`` keeps a float32 a float32); here NumPy's, whose
+    division by zero gives inf as C's does."""
+    return np.float64(v)
 
 
 def pow_c(a, b):
@@ -367,6 +370,34 @@ def floor_divide_signed(a, b, T):
             return raise_flags(OVERFLOW, a)
         return T(-a)
     return T(a // b)
+
+
+def _floor_divide_narrow(bits):
+    """NumPy's floor division of signed integers of at most 32 bits, in double: the quotient
+    of two such is an integer or more than 2**-22 from one, so its floor is exact, and a loop
+    of it vectorises (x86 has no vector integer division). NumPy's flags come from arithmetic
+    done on every element: ``1 / b`` raises *divide* for a zero divisor only (the result is
+    0), the dividend times 1e308 (else 0) *overflow* for minimum // -1 only (the result is the
+    minimum: 2**(bits-1) less 2**bits, so that no conversion sees a value out of range)."""
+    top = 2.0 ** (bits - 1)
+
+    def floor_divide_narrow(a, b, T):
+        zero = b == T(0)
+        # a zero divisor divides by 1 (b | 1: no select, whose arm the compiler would divide
+        # by b in every lane)
+        q = floor_f(double(a) / double(b | T(zero)))
+        if 1.0 / double(b) == 3.0:  # never (b is an integer): keeps the *divide* of b == 0
+            q = 0.0
+        over = q == top
+        if double(a) * (1e308 if over else 0.0) == 1.0:  # never: keeps the *overflow*
+            q = 0.0
+        q = q - (2.0 * top if over else 0.0)
+        return T(0.0 if zero else q)
+
+    return floor_divide_narrow
+
+
+NARROW_FLOOR_DIVIDES = {bits: _floor_divide_narrow(bits) for bits in (8, 16, 32)}
 
 
 def floor_divide_unsigned(a, b, T):
@@ -706,6 +737,8 @@ for _f in (ov_floor_mod_float, ov_mod_float, ov_squared_difference, ov_maximum, 
 OPS["ov_mod_signed"], OPS["ov_mod_unsigned"] = fmod_signed, remainder_unsigned
 for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f
+for _bits, _f in NARROW_FLOOR_DIVIDES.items():
+    OPS[f"floor_divide_signed_{_bits}"] = _f
 
 
 # -- fused activations (Paddle's act=) ---------------------------------------------------------
