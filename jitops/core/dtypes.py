@@ -180,19 +180,30 @@ def weak_scalar_dtype(op: str, xv: object, yv: object, common: np.dtype) -> np.d
     weak = [type(v) in WEAK_SCALARS for v in (xv, yv)]
     if uf is None or all(weak):
         return common
-    slots = tuple(
-        (np.dtype(bool) if type(v) is bool else type(v)) if w else np.dtype(getattr(v, "dtype", v))
-        for v, w in zip((xv, yv), weak)
-    )
-    bf = any(is_bfloat16(d) for d in slots)
-    if bf:  # NumPy's float16 loops decide, as bfloat16 promotes like float16
-        slots = tuple(_as_float16(slots))
-    try:
-        loop = uf.resolve_dtypes(slots + (None,))
-    except TypeError:
+    loop, bf = _loop(uf, (_slot(xv), _slot(yv)))
+    if loop is None:
         return common
     dt = loop[0] if weak[0] else loop[1]
     return bfloat16() if bf and dt == _F16 else dt
+
+
+def _slot(v: object) -> object:
+    """An operand as ``ufunc.resolve_dtypes`` takes it: a dtype, or a weak scalar's type."""
+    if type(v) in WEAK_SCALARS:
+        return np.dtype(bool) if type(v) is bool else type(v)
+    return np.dtype(getattr(v, "dtype", v))
+
+
+def _loop(uf: np.ufunc, slots: tuple) -> tuple[tuple | None, bool]:
+    """NumPy's loop of ``uf`` for ``slots`` (None where it has none), and whether bfloat16
+    stood in as float16, whose loops it follows."""
+    bf = any(is_bfloat16(d) for d in slots)
+    if bf:
+        slots = tuple(_as_float16(slots))
+    try:
+        return uf.resolve_dtypes(slots + (None,)), bf
+    except TypeError:
+        return None, bf
 
 
 _KIND_RANK = {"b": 0, "i": 1, "u": 1, "f": 2, "c": 3}
@@ -257,27 +268,16 @@ def check_act_dtype(act: str | None, result: np.dtype, fname: str) -> None:
             )
 
 
-def _slot(v: object) -> object:
-    """An operand as ``ufunc.resolve_dtypes`` takes it: a dtype, or a weak scalar's type."""
-    if type(v) in WEAK_SCALARS:
-        return np.dtype(bool) if type(v) is bool else type(v)
-    return np.dtype(getattr(v, "dtype", v))
-
-
 def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> DTypes:
     """A family op's dtypes from its NumPy ufunc's loop table (bfloat16 as float16, whose
     loops it follows), and its scalar entry for that loop."""
     slots = (_slot(xv), _slot(yv))
-    bf = any(is_bfloat16(d) for d in slots)
-    if bf:
-        slots = tuple(_as_float16(slots))
-    try:
-        x, y, result = row.ufunc.resolve_dtypes(slots + (None,))
-    except TypeError:
-        names = " and ".join(getattr(d, "__name__", str(d)) for d in
-                             (_slot(xv), _slot(yv)))
+    loop, bf = _loop(row.ufunc, slots)
+    if loop is None:
+        names = " and ".join(getattr(d, "__name__", str(d)) for d in slots)
         raise TypeError(f"jitops.{fname}: not supported for {names} (numpy.{row.ufunc.__name__} "
-                        f"has no loop for them)") from None
+                        f"has no loop for them)")
+    x, y, result = loop
     if result.kind == "c" and row.name in catalog.NO_COMPLEX:
         raise TypeError(f"jitops.{fname}: complex operands are not supported by {fname}")
     if row.name in catalog.BOOL_ONLY and (slots[0] != np.bool_ or slots[1] != np.bool_):

@@ -12,6 +12,7 @@ and pin down NaN and signed-zero behaviour exactly.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import numpy as np
@@ -504,12 +505,6 @@ def paddle_floor_divide_signed(a, b, T):
     return T(a // b)
 
 
-def paddle_remainder_signed(a, b, T):
-    if b == T(-1):
-        return T(0)
-    return T(a % b)
-
-
 def paddle_remainder_float(a, b, T):
     """Python's remainder from ``fmod``, but a zero keeps the dividend's sign (``-6 % 3`` is
     -0.0, NumPy's +0.0); NaN for a zero divisor."""
@@ -721,19 +716,31 @@ _FAMILY = (
     gcd_signed, gcd_unsigned, lcm_signed, lcm_unsigned, ldexp,
 )
 OPS.update({f.__name__: f for f in _FAMILY})
+def returning(fn):
+    """A function of ``fn``'s own parameters that returns ``fn``: the typing function of an
+    overload compiling ``fn`` as itself (Numba matches an overload's parameters by name)."""
+    params = ", ".join(inspect.signature(fn).parameters)
+    ns = {"fn": fn}
+    exec(f"def typer({params}):\n    return fn\n", ns)
+    return ns["typer"]
+
+
 #: Table functions that other table functions call: each backend compiles them as functions
-#: of their own (a compiled function finds a plain Python one it calls by an overload).
+#: of their own (a compiled function finds a plain Python one it calls by an overload of
+#: :func:`returning`'s).
 HELPERS = (negative, pow_cast, _divmod_float, order_mixed, less_complex, less_equal_complex,
            gcd_signed, gcd_unsigned)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
-for _f in (paddle_floor_divide_signed, paddle_remainder_signed, paddle_remainder_float):
+for _f in (paddle_floor_divide_signed, paddle_remainder_float):
     OPS[_f.__name__] = _f
+# NumPy's entries under names of their own, which refuse a zero divisor before the launch
+# (their zero branch never runs): Paddle's integer remainder, OpenVINO's Mod and FloorMod
+OPS["paddle_remainder_signed"] = remainder_signed
 for _bits, _f in PADDLE_POWERS.items():
     OPS[f"paddle_power_int_{_bits}"] = _f
 for _f in (ov_floor_mod_float, ov_mod_float, ov_squared_difference, ov_maximum, ov_minimum):
     OPS[_f.__name__] = _f
-# C's % under names of their own: OpenVINO's refuse a zero divisor before the launch
 OPS["ov_mod_signed"], OPS["ov_mod_unsigned"] = fmod_signed, remainder_unsigned
 for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f

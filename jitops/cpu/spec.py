@@ -9,7 +9,6 @@ load (half types widened), the scalar op and activation (jitops.core.scalar), th
 
 from __future__ import annotations
 
-import inspect
 import math
 import platform
 
@@ -361,17 +360,8 @@ def _ov_ldexp(a, e):
     return lambda a, e: math.ldexp(a, e)
 
 
-def _register_helper(fn):
-    """``fn`` (a table function another one calls) compiled as itself, by an overload whose
-    typing function has ``fn``'s own parameters (Numba matches them by name)."""
-    params = ", ".join(inspect.signature(fn).parameters)
-    ns = {"fn": fn}
-    exec(f"def typer({params}):\n    return fn\n", ns)
-    overload(fn, jit_options=INNER)(ns["typer"])
-
-
 for _helper in _scalar.HELPERS:
-    _register_helper(_helper)
+    overload(_helper, jit_options=INNER)(_scalar.returning(_helper))
 
 
 def element(spec, a, b):

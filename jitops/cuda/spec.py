@@ -18,7 +18,6 @@ each has a plain-Python body doing what its overload compiles.
 from __future__ import annotations
 
 import functools
-import inspect
 import math
 
 import numba
@@ -312,15 +311,8 @@ if not SIMULATOR:
     def _ov_ldexp(a, e):
         return lambda a, e: math.ldexp(a, e)
 
-    def _register_helper(fn):
-        """``fn`` (a table function another one calls) as a device function of its own."""
-        params = ", ".join(inspect.signature(fn).parameters)
-        ns = {"fn": fn}
-        exec(f"def typer({params}):\n    return fn\n", ns)
-        _ext.overload(fn, target="cuda")(ns["typer"])
-
     for _helper in _scalar.HELPERS:
-        _register_helper(_helper)
+        _ext.overload(_helper, target="cuda")(_scalar.returning(_helper))
 
     @_ext.overload(element, target="cuda")
     def _ov_element(spec, vals):
