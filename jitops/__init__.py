@@ -72,6 +72,18 @@ from .ops import (  # noqa: E402
     right_shift,
     subtract,
 )
+from .reductions import (  # noqa: E402
+    elementwise_add_grad,
+    elementwise_div_grad,
+    elementwise_fmax_grad,
+    elementwise_fmin_grad,
+    elementwise_max_grad,
+    elementwise_min_grad,
+    elementwise_mul_grad,
+    elementwise_pow_grad,
+    elementwise_sub_grad,
+    sum_to,
+)
 
 __version__ = "0.1.0"
 
@@ -85,6 +97,9 @@ __all__ = [
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
     "logical_and", "logical_or", "logical_xor",
     "equal", "not_equal", "less", "less_equal", "greater", "greater_equal",
+    "sum_to", "elementwise_add_grad", "elementwise_sub_grad", "elementwise_mul_grad",
+    "elementwise_div_grad", "elementwise_max_grad", "elementwise_min_grad",
+    "elementwise_fmax_grad", "elementwise_fmin_grad", "elementwise_pow_grad",
     "elementwise", "ElementwiseOp", "act", "scalar", "openvino",
     "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
     "ACTIVATIONS", "ScalarOverflowError", "__version__",

@@ -242,3 +242,35 @@ def test_the_family_rows_contenders_compute_what_jitops_computes(key):
             got = np.from_dlpack(got)
         np.testing.assert_allclose(np.asarray(got).astype(np.float64), want.astype(np.float64),
                                    rtol=2e-6, err_msg=name)
+
+
+def _as_numpy(v):
+    import numpy as np
+
+    if hasattr(v, "detach"):
+        return v.detach().numpy()
+    if hasattr(v, "numpy"):
+        return v.numpy()
+    return np.asarray(v)
+
+
+@pytest.mark.parametrize("key", ["sum_to_channels", "add_grad_channels", "mul_grad_channels"])
+def test_the_reduction_rows_contenders_compute_what_jitops_computes(key):
+    """The sum_to and gradient rows: every contender (NumPy, PyTorch, Paddle's own
+    backward) gives jitops' results, within float32 summation error."""
+    import numpy as np
+
+    from jitops.bench import cases
+
+    case = next(c for c in cases.CASES if c.key == key)
+    contenders, _ = case.build()
+    want = contenders["jitops"]()
+    want = want if isinstance(want, tuple) else (want,)
+    for name, fn in contenders.items():
+        got = fn()
+        got = tuple(got) if isinstance(got, (tuple, list)) else (got,)
+        assert len(got) == len(want), name
+        for g, w in zip(got, want):
+            g = _as_numpy(g).astype(np.float64).reshape(w.shape)
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-3 * np.abs(w).max(),
+                                       err_msg=name)

@@ -383,6 +383,68 @@ def _ov_divide_pdpd():
     return c, 2 * x.nbytes + y.nbytes
 
 
+_CHANNELS = (32, 64, 56, 56)
+
+
+def _sum_to_channels():
+    """A (32,64,56,56) gradient summed to a per-channel (64,) one: ``jitops.sum_to`` (pdpd,
+    axis 1) against each library's sum over axes (0, 2, 3)."""
+    g = _rand(_CHANNELS, seed=6)
+    c = {"jitops": lambda: jitops.sum_to(g, (64,), broadcast="pdpd", axis=1),
+         "numpy": lambda: g.sum(axis=(0, 2, 3))}
+    if torch is not None:
+        (tg,) = _t(g)
+        c["torch"] = lambda: tg.sum(dim=(0, 2, 3))
+    paddle = _optional("paddle")
+    if paddle is not None:
+        pg = paddle.from_dlpack(g)
+        c["paddle"] = lambda: paddle.sum(pg, axis=[0, 2, 3])
+    return c, g.nbytes
+
+
+def _grad_channels(op: str):
+    """``elementwise_<op>_grad`` of X(32,64,56,56) and a per-channel Y(64,) (pdpd axis 1):
+    dx written, dy summed, in one pass; against Paddle's own backward (``paddle.grad``
+    through its legacy op, the graph kept), PyTorch's kernels doing the same two results,
+    and NumPy's."""
+    x, d = _rand(_CHANNELS, seed=7), _rand(_CHANNELS, seed=8)
+    y = _rand(64, seed=9) + np.float32(0.5)
+    grad = getattr(jitops, f"elementwise_{op}_grad")
+    y4 = y.reshape(64, 1, 1)
+    axes = (0, 2, 3)
+    if op == "add":
+        c = {"numpy": lambda: (d.copy(), d.sum(axis=axes))}
+    else:
+        c = {"numpy": lambda: (d * y4, (d * x).sum(axis=axes))}
+    c["jitops"] = lambda: grad(x, y, d, axis=1)
+    if torch is not None:
+        tx, td, ty = _t(x, d, y4)
+        if op == "add":
+            c["torch"] = lambda: (td.clone(), td.sum(dim=axes))
+        else:
+            c["torch"] = lambda: (td * ty, (td * tx).sum(dim=axes))
+    paddle = _optional("paddle")
+    if paddle is not None:
+        px = paddle.to_tensor(x, stop_gradient=False)
+        py = paddle.to_tensor(y, stop_gradient=False)
+        out = getattr(paddle._legacy_C_ops, f"elementwise_{op}")(px, py, "axis", 1)
+        pd = paddle.to_tensor(d)
+        c["paddle"] = lambda: paddle.grad([out], [px, py], [pd], retain_graph=True)
+    return c, 2 * x.nbytes + (d.nbytes if op != "add" else 0)
+
+
+def _sum_1e8():
+    """A plain sum of 1e8 float32 elements: ``jitops.sum_to(g, ())`` against the in-run
+    read-only probe (Numba's parallel reduction, reassociated), NumPy and PyTorch."""
+    g = _rand(10**8, seed=10)
+    c = {"jitops": lambda: jitops.sum_to(g, ()), "numpy": lambda: g.sum(),
+         "probe": lambda: harness.stream_read(g)}
+    if torch is not None:
+        (tg,) = _t(g)
+        c["torch"] = lambda: tg.sum()
+    return c, g.nbytes
+
+
 #: Operands per call of a varying-shape row, and distinct operand sets it cycles through:
 #: almost every call of a run meets a shape it has not met (or not lately).
 _BATCH, _POOL = 100, 4000
@@ -514,6 +576,15 @@ CASES = [
          _family("greater", np.float32, 10**4, torch_op="gt"), {"numpy": 1.0}),
     Case("ov_divide_pdpd", "openvino.Divide int32 pdpd X(32,64,56,56) / Y(56,), new result",
          _ov_divide_pdpd, {"numpy": 1.0}, rounds=21),
+    Case("sum_to_channels", "sum_to X(32,64,56,56) -> (64,) (pdpd axis 1; others: sum over "
+         "axes 0, 2, 3)", _sum_to_channels, {"numpy": 1.5, "torch": 1.0}, rounds=21),
+    Case("add_grad_channels", "elementwise_add_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",
+         functools.partial(_grad_channels, "add"), {"paddle": 1.5}, rounds=21),
+    Case("mul_grad_channels", "elementwise_mul_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",
+         functools.partial(_grad_channels, "mul"), {"paddle": 1.5}, rounds=21),
+    Case("sum_1e8", "sum of 1e8 float32 elements (jitops.sum_to to ())", _sum_1e8,
+         {"probe": 0.8, "numpy": 1.0}, rounds=11, budget_s=15.0,
+         note="target: at least 80% of the in-run read-only probe's speed"),
     Case("pandas_sub", "pandas Series s1 - s2, 1e7 float64, aligned (new result)", _pandas_sub,
          {"pandas": 1.0}, rounds=21, requires="pandas"),
     Case("paddle_sub", "Paddle tensors x - y, 2e7 float32, new result", _paddle_sub,

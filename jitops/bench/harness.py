@@ -164,6 +164,16 @@ def stream_copy(x, o):  # pragma: no cover - compiled
         o[i] = x[i]
 
 
+@njit(parallel=True, cache=False, fastmath=True)
+def stream_read(x):  # pragma: no cover - compiled
+    """The sum of ``x`` as Numba's plainest parallel reduction, vectorised (reassociated):
+    the read-only limit a reduction can reach."""
+    s = 0.0
+    for i in prange(x.size):
+        s += x[i]
+    return s
+
+
 #: Tasks of the non-temporal probe (a few per thread, like jitops' own decomposition).
 _NT_TASKS = 64
 

@@ -33,9 +33,10 @@ from ..core import config as _config
 from ..core import sources
 from . import hooks
 
-#: The modules whose functions are cached (the built-in kernels, the user-op kernels) and the
+#: The modules whose functions are cached (the built-in, user-op and reduction kernels) and the
 #: activations user ops call; their jitops imports, transitively, make the kernels.
-KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.cpu.fastcall", "jitops.act")
+KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.cpu.fastcall",
+                  "jitops.cpu.reduce", "jitops.act")
 _stamp: str | None = None
 
 

@@ -36,9 +36,13 @@ class InnerDispatcher(CPUDispatcher):
                         f"entry point; it runs only inside compiled code")
 
 
-def inner(fn):
-    """``@njit(**INNER)`` as an :class:`InnerDispatcher` (``@inner`` or ``inner(fn)``)."""
-    disp = InnerDispatcher(py_func=fn, locals={}, targetoptions={"nopython": True, **INNER})
+def inner(fn=None, **options):
+    """``@njit(**INNER)`` as an :class:`InnerDispatcher` (``@inner``, ``inner(fn)``, or
+    ``@inner(fastmath=...)`` with more of Numba's options)."""
+    if fn is None:
+        return lambda f: inner(f, **options)
+    disp = InnerDispatcher(py_func=fn, locals={},
+                           targetoptions={"nopython": True, **INNER, **options})
     disp.__doc__, disp.__name__ = fn.__doc__, fn.__name__
     return disp
 

@@ -1,0 +1,161 @@
+"""The reduction planner: a pass over a broadcast space whose results are stored or reduced.
+
+Pure Python, like the shape planner (jitops.core.plan). A reduction is a plan too: the space
+is the broadcast output's shape, every input has its element strides there (0 where it
+broadcasts), and every result has a *frame* -- the space's shape with 1 on the axes it sums
+over. A result whose frame is the whole space is stored; any other is summed into an
+accumulator of its frame's shape, whose strides in the space are 0 on the summed axes (NumPy's
+``REDUCTION_AXIS``, PyTorch's reduced strides). The steps follow the map planner's:
+
+    frames   -> which axes each result sums (:func:`sum_to_frame`: numpy or Paddle's axis rule)
+    order    -> the lead input's memory order (dout's, g's), innermost last
+    coalesce -> adjacent axes every operand walks as one
+    split    -> the axis tasks divide: one kept by every summed result where there is one (each
+                accumulator element then belongs to one task), else the longest axis in
+                chunks fixed by the shape alone, each task summing into its own partial row,
+                the rows combined in chunk order afterwards
+
+So a sum does not depend on the thread count: the split is chosen from the shape, and the
+order every element is added in follows from the plan (:class:`ReducePlan`). Inside a row the
+kernels sum blocks pairwise (jitops.cpu.reduce); across rows they add in order, as NumPy does
+along an outer axis.
+"""
+
+from __future__ import annotations
+
+from .plan import Shape, Strides, align_all
+
+#: Elements of a task below which a pass is not worth splitting further.
+TASK_MIN = 32768
+#: Most tasks a split over a summed axis makes (each one partial row per summed result).
+MAX_PARTIALS = 64
+
+
+class ResultPlan:
+    """One result of a pass: its accumulator's (or stored array's) C-order ``frame``, its
+    element ``strides`` over the iteration space (0 on the axes it sums), whether it is
+    ``summed``, and whether the tasks sum into ``partial`` rows (the split axis is one it sums:
+    each task then owns a whole frame's row of a ``(ntasks, size)`` scratch array)."""
+
+    __slots__ = ("frame", "strides", "summed", "partial", "size")
+
+    def __init__(self, frame: Shape, strides: Strides, summed: bool, partial: bool):
+        self.frame, self.strides, self.summed, self.partial = frame, strides, summed, partial
+        self.size = 1
+        for n in frame:
+            self.size *= n
+
+    def __repr__(self) -> str:
+        return (f"ResultPlan(frame={self.frame}, strides={self.strides}, "
+                f"summed={self.summed}, partial={self.partial})")
+
+
+class ReducePlan:
+    """A pass: the coalesced iteration ``shape`` (slowest first), each input's element
+    strides (``inputs``), each result's :class:`ResultPlan`, the ``split`` axis and the
+    tasks' ``bounds`` along it (``ntasks + 1`` increasing indices)."""
+
+    __slots__ = ("shape", "inputs", "results", "split", "bounds", "size")
+
+    def __init__(self, shape: Shape, inputs: tuple[Strides, ...],
+                 results: tuple[ResultPlan, ...], split: int, bounds: tuple[int, ...]):
+        self.shape, self.inputs, self.results = shape, inputs, results
+        self.split, self.bounds = split, bounds
+        self.size = 1
+        for n in shape:
+            self.size *= n
+
+    @property
+    def ntasks(self) -> int:
+        return len(self.bounds) - 1
+
+    def __repr__(self) -> str:
+        return (f"ReducePlan(shape={self.shape}, inputs={self.inputs}, results={self.results}, "
+                f"split={self.split}, bounds={self.bounds})")
+
+
+def sum_to_frame(full: Shape, shape: Shape, mode: str = "numpy", axis: int = -1) -> Shape:
+    """``shape`` written in ``full``'s rank, 1 on every axis a sum to it reduces.
+
+    ``shape`` must broadcast to exactly ``full`` under ``mode`` (``numpy``: trailing axes,
+    PyTorch's ``sum_to``; ``pdpd``: laid on at ``axis``, Paddle's ``GetReduceDims`` with its
+    trailing-1 trimming; ``none``: equal). Raises ValueError naming both shapes otherwise.
+    """
+    full, shape = tuple(full), tuple(shape)
+    if mode == "pdpd" and len(shape) > len(full):
+        raise ValueError(f"sum_to: shape {shape} has more dims than the gradient's {full}")
+    how = f"broadcast={mode!r}" + (f", axis={axis}" if mode == "pdpd" else "")
+    try:
+        out, frames = align_all((full, shape), mode, axis)
+    except ValueError as e:
+        raise ValueError(f"sum_to: shape {shape} does not broadcast to the gradient's shape "
+                         f"{full} ({how}): {e}") from None
+    if out != full or frames[0] != full:
+        raise ValueError(f"sum_to: shape {shape} does not broadcast to the gradient's shape "
+                         f"{full} ({how})")
+    return frames[1]
+
+
+def _c_strides(frame: Shape, space: Shape) -> Strides:
+    """C-order element strides of an array of shape ``frame``, 0 where it broadcasts."""
+    strides, step = [0] * len(frame), 1
+    for d in range(len(frame) - 1, -1, -1):
+        strides[d] = step if frame[d] == space[d] and frame[d] != 1 else 0
+        step *= frame[d]
+    return tuple(strides)
+
+
+def plan_reduction(space: Shape, inputs: list[Strides], frames: list[Shape],
+                   lead: int = 0, threads: int = 1) -> ReducePlan:
+    """Plan a pass over ``space`` (element strides of each input in it; each result's frame,
+    equal to ``space`` to be stored, 1 on the axes it sums), walked in input ``lead``'s memory
+    order. ``threads`` only sets how many tasks a split over a kept axis makes (the sums do
+    not depend on it)."""
+    space = tuple(space)
+    nd = len(space)
+    res_strides = [_c_strides(f, space) for f in frames]
+    summed = [tuple(f) != space for f in frames]
+    ops = [tuple(s) for s in inputs] + res_strides
+    # order: the lead input's strides, largest first (stable: C order among equals)
+    lead_strides = ops[lead]
+    dims = [d for d in range(nd) if space[d] != 1]
+    dims.sort(key=lambda d: -abs(lead_strides[d]))
+    shape = [space[d] for d in dims]
+    strides = [[s[d] for d in dims] for s in ops]
+    # coalesce: axis i (outer) and i+1 (inner) merge where every operand steps across both
+    i = 0
+    while i + 1 < len(shape):
+        if all(s[i] == s[i + 1] * shape[i + 1] for s in strides):
+            shape[i] *= shape[i + 1]
+            for s in strides:
+                s[i] = s[i + 1]
+                del s[i + 1]
+            del shape[i + 1]
+        else:
+            i += 1
+    if not shape:  # a single element
+        shape = [1]
+        strides = [[0] for _ in strides]
+    nin = len(inputs)
+    rstr = strides[nin:]
+    size = 1
+    for n in shape:
+        size *= n
+    kept_by_all = [d for d in range(len(shape))
+                   if all(not summed[r] or rstr[r][d] != 0 for r in range(len(frames)))]
+    if kept_by_all:
+        split = max(kept_by_all, key=lambda d: (shape[d], -d))
+        ntasks = max(1, min(shape[split], 4 * threads, size // TASK_MIN))
+        if threads <= 1:
+            ntasks = 1
+    else:
+        split = max(range(len(shape)), key=lambda d: (shape[d], -d))
+        ntasks = max(1, min(shape[split], MAX_PARTIALS, size // TASK_MIN))
+    n = shape[split]
+    bounds = tuple(n * t // ntasks for t in range(ntasks + 1))
+    results = tuple(
+        ResultPlan(tuple(f), tuple(rstr[r]), summed[r],
+                   summed[r] and ntasks > 1 and rstr[r][split] == 0)
+        for r, f in enumerate(frames))
+    return ReducePlan(tuple(shape), tuple(tuple(s) for s in strides[:nin]), results, split,
+                      bounds)
