@@ -21,7 +21,8 @@ from .cpu.parallel import (  # noqa: E402
     threading_layer,
     threads,
 )
-from .fusion import ElementwiseOp, elementwise  # noqa: E402
+from .divmod_op import divmod  # noqa: E402
+from .fusion import ElementwiseOp, elementwise, reduce  # noqa: E402
 from .ops import (  # noqa: E402
     add,
     arctan2,
@@ -92,7 +93,7 @@ __all__ = [
     "elementwise_add", "elementwise_sub", "elementwise_mul", "elementwise_div",
     "elementwise_max", "elementwise_min", "elementwise_fmax", "elementwise_fmin",
     "elementwise_floordiv", "elementwise_mod", "elementwise_pow",
-    "floor_divide", "remainder", "mod", "fmod", "power", "float_power", "copysign",
+    "floor_divide", "remainder", "mod", "divmod", "fmod", "power", "float_power", "copysign",
     "heaviside", "arctan2", "hypot", "logaddexp", "logaddexp2", "ldexp", "gcd", "lcm",
     "bitwise_and", "bitwise_or", "bitwise_xor", "left_shift", "right_shift",
     "logical_and", "logical_or", "logical_xor",
@@ -100,7 +101,7 @@ __all__ = [
     "sum_to", "elementwise_add_grad", "elementwise_sub_grad", "elementwise_mul_grad",
     "elementwise_div_grad", "elementwise_max_grad", "elementwise_min_grad",
     "elementwise_fmax_grad", "elementwise_fmin_grad", "elementwise_pow_grad",
-    "elementwise", "ElementwiseOp", "act", "scalar", "openvino",
+    "elementwise", "reduce", "ElementwiseOp", "act", "scalar", "openvino",
     "result_shape", "threading_layer", "get_num_threads", "set_num_threads", "threads",
     "ACTIVATIONS", "ScalarOverflowError", "__version__",
 ]

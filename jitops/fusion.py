@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, overload
 
 import numpy as np
+from numba import types
 
 from .core.dtypes import check_dtype, user_result
 from .cpu import nary
@@ -55,6 +56,14 @@ def _arity(fn, name: str) -> int:
     return n
 
 
+class _Several(Exception):
+    """The function returns ``n`` values: the op goes through jitops.reductions."""
+
+    def __init__(self, n: int):
+        super().__init__(n)
+        self.n = n
+
+
 class ElementwiseOp:
     """An elementwise op made from a scalar Python function of N inputs.
 
@@ -87,7 +96,8 @@ class ElementwiseOp:
         :func:`jitops.core.dtypes.user_result`), or ``dtype``.
     """
 
-    def __init__(self, fn, *, dtype=None, name: str | None = None):
+    def __init__(self, fn, *, dtype=None, name: str | None = None, reduce=None, axis=None,
+                 keepdims: bool = False):
         if isinstance(fn, ElementwiseOp):
             fn = fn.py_func
         if not callable(fn):
@@ -106,12 +116,28 @@ class ElementwiseOp:
             dtype = np.dtype(dtype)
             check_dtype(dtype, "dtype", self.__name__)
         self.dtype = dtype
+        if reduce is not None:
+            from .reductions import normalize_hows
+
+            n = len(reduce) if isinstance(reduce, (tuple, list)) else 1
+            normalize_hows(reduce, n, self.__name__)  # a bad name fails here
+            reduce = tuple(reduce) if isinstance(reduce, list) else reduce
+        elif axis is not None or keepdims:
+            raise TypeError(f"jitops.elementwise: axis= and keepdims= apply only with "
+                            f"reduce= (for {self.__name__})")
+        self.reduce, self.axes, self.keepdims = reduce, axis, bool(keepdims)
+        #: how many values the function returns (known once it compiled): several go
+        #: through jitops.reductions.call_several, as reductions do
+        self.nout = 1
         self._results: dict = {}
         self._returned: dict[np.dtype, np.dtype] = {}
+        self._several: dict[np.dtype, tuple[np.dtype, ...]] = {}
         self._variants: dict = {}
 
     def __repr__(self) -> str:
         extra = f", dtype={self.dtype}" if self.dtype is not None else ""
+        if self.reduce is not None:
+            extra += f", reduce={self.reduce!r}, axis={self.axes!r}"
         return f"<jitops.elementwise {self.__qualname__} of {self.nin} inputs{extra}>"
 
     def with_dtype(self, dtype) -> ElementwiseOp:
@@ -121,8 +147,9 @@ class ElementwiseOp:
             return self
         op = self._variants.get(dtype)
         if op is None:
-            op = self._variants[dtype] = ElementwiseOp(self.py_func, dtype=dtype,
-                                                       name=self.__name__)
+            op = self._variants[dtype] = ElementwiseOp(
+                self.py_func, dtype=dtype, name=self.__name__, reduce=self.reduce,
+                axis=self.axes, keepdims=self.keepdims)
         return op
 
     def __call__(self, *operands: object, broadcast: Broadcast = "numpy", axis: int = -1,
@@ -131,7 +158,14 @@ class ElementwiseOp:
             raise TypeError(f"jitops.{self.__name__} takes {self.nin} operand"
                             f"{'s' if self.nin != 1 else ''}, got {len(operands)}")
         op = self if dtype is None else self.with_dtype(dtype)
-        return call_user(op, operands, broadcast, axis, out, device)
+        if op.reduce is None and op.nout == 1:
+            try:
+                return call_user(op, operands, broadcast, axis, out, device)
+            except _Several as e:  # (raised while typing, before anything is written)
+                op.nout = self.nout = e.n
+        from .reductions import call_several
+
+        return call_several(op, operands, broadcast, axis, out, device)
 
     def result_dtype(self, common: np.dtype, compute: np.dtype, fname: str) -> np.dtype:
         """The result dtype for inputs promoted to ``common`` (computed in ``compute``).
@@ -163,17 +197,40 @@ class ElementwiseOp:
                 raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
                                 f"compiled for {self.nin} input(s) of dtype {compute} "
                                 f"(promoted from the operands): {first}") from None
-            try:
-                from numba.np.numpy_support import as_dtype
-
-                returned = np.dtype(as_dtype(ret))
-                check_dtype(returned, "its return value", fname)
-            except Exception:
-                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} must return "
-                                f"one number, but returns {ret} for inputs of dtype "
-                                f"{compute}") from None
+            if isinstance(ret, types.BaseTuple):
+                raise _Several(len(ret))
+            returned = self._as_dtype(ret, compute, fname)
         self._returned[compute] = returned
         return returned
+
+    def _as_dtype(self, ret, compute: np.dtype, fname: str) -> np.dtype:
+        try:
+            from numba.np.numpy_support import as_dtype
+
+            returned = np.dtype(as_dtype(ret))
+            check_dtype(returned, "its return value", fname)
+        except Exception:
+            raise TypeError(f"jitops.{fname}: the function {self.__qualname__} must return "
+                            f"numbers (one, or a tuple of them), but returns {ret} for inputs "
+                            f"of dtype {compute}") from None
+        return returned
+
+    def returns(self, compute: np.dtype, fname: str) -> tuple[np.dtype, ...]:
+        """The dtypes of the values the function returns for ``compute`` inputs, one per
+        result (compiles it: a function that cannot run on them is a TypeError here)."""
+        got = self._several.get(compute)
+        if got is None:
+            try:
+                ret = nary.return_type(self._compiled_fn, compute, self.nin)
+            except Exception as e:
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
+                                f"compiled for {self.nin} input(s) of dtype {compute} "
+                                f"(promoted from the operands): {first}") from None
+            rets = list(ret) if isinstance(ret, types.BaseTuple) else [ret]
+            got = self._several[compute] = tuple(self._as_dtype(r, compute, fname)
+                                                 for r in rets)
+        return got
 
     def returned(self, compute: np.dtype) -> np.dtype:
         """The dtype the function returns for ``compute`` inputs (known once
@@ -181,30 +238,40 @@ class ElementwiseOp:
         return self._returned[compute]
 
     def __reduce__(self):
-        if self.cacheable:  # a module-level function: by reference, like any function
+        if self.cacheable and self.reduce is None:  # module-level: by reference
             return (_restore, (self.__module__, self.__qualname__, self.dtype))
-        return (ElementwiseOp, (self.py_func,), {"dtype": self.dtype})
+        return (ElementwiseOp, (self.py_func,), {"dtype": self.dtype, "reduce": self.reduce,
+                                                 "axes": self.axes,
+                                                 "keepdims": self.keepdims})
 
     def __setstate__(self, state):
         if state.get("dtype") is not None:
             self.dtype = np.dtype(state["dtype"])
+        self.reduce = state.get("reduce")
+        self.axes, self.keepdims = state.get("axes"), state.get("keepdims", False)
 
     def __dask_tokenize__(self):
         return ("jitops.elementwise", self.key if self.cacheable else id(self), str(self.dtype))
 
 
-@overload
-def elementwise(fn: Callable[..., Any], *, dtype: Any = None,
-                name: str | None = None) -> ElementwiseOp: ...
+Reduce = Any  # None, a reduction's name, or one entry per result (None: stored)
 
 
 @overload
-def elementwise(fn: None = None, *, dtype: Any = None,
-                name: str | None = None) -> Callable[[Callable[..., Any]], ElementwiseOp]: ...
+def elementwise(fn: Callable[..., Any], *, dtype: Any = None, name: str | None = None,
+                reduce: Reduce = None, axis: Any = None,
+                keepdims: bool = False) -> ElementwiseOp: ...
+
+
+@overload
+def elementwise(fn: None = None, *, dtype: Any = None, name: str | None = None,
+                reduce: Reduce = None, axis: Any = None,
+                keepdims: bool = False) -> Callable[[Callable[..., Any]], ElementwiseOp]: ...
 
 
 def elementwise(fn: Callable[..., Any] | None = None, *, dtype: Any = None,
-                name: str | None = None) -> Any:
+                name: str | None = None, reduce: Reduce = None, axis: Any = None,
+                keepdims: bool = False) -> Any:
     """Make an elementwise op from a scalar function of N inputs: a decorator or a call.
 
     The function is plain Python on scalars (``math`` functions, conditionals, loops; the
@@ -221,6 +288,21 @@ def elementwise(fn: Callable[..., Any] | None = None, *, dtype: Any = None,
         Fix the result dtype instead of inferring it.
     name : str, optional
         The op's name in messages (default: the function's).
+    reduce : str or tuple, optional
+        Reduce the results in the same pass instead of storing them: ``"sum"``, ``"prod"``,
+        ``"max"``, ``"min"``, ``"any"``, ``"all"`` or ``"mean"``, for every result, or a
+        tuple with one entry per result (None stores that one). NumPy's result dtypes
+        (``sum`` of int32 is int64, of float32 float32) and NaN rules (``max`` propagates
+        NaN); sums accumulate in float64 (int64, complex128), rounded once, the same bits
+        whatever the thread count.
+    axis : None, int or tuple of int
+        The axes of the broadcast result to reduce (None: all); only with ``reduce``.
+    keepdims : bool, default False
+        Keep the reduced axes as size 1.
+
+    A function may return a tuple: each value is one result, with its own dtype (and its
+    own ``out=`` entry: ``out`` is then a tuple, None where a new array is wanted). Several
+    results, and reduced ones, run on host arrays (NumPy; PyTorch and Paddle CPU tensors).
 
     Returns
     -------
@@ -257,7 +339,63 @@ def elementwise(fn: Callable[..., Any] | None = None, *, dtype: Any = None,
     np.float32(0.0)
     >>> jitops.elementwise(lambda a, b, c: a * b + c)(1.0, 2.0, np.arange(3.0))
     array([2., 3., 4.])
+    >>> sq = jitops.elementwise(lambda a, b: (a - b) * (a - b), reduce="sum")
+    >>> float(sq(np.arange(4.0), 1.0))
+    6.0
+    >>> jitops.elementwise(lambda a, b: (a + b, a * b))(np.arange(3), 2)
+    (array([2, 3, 4]), array([0, 2, 4]))
     """
     if fn is None:
-        return functools.partial(elementwise, dtype=dtype, name=name)
-    return ElementwiseOp(fn, dtype=dtype, name=name)
+        return functools.partial(elementwise, dtype=dtype, name=name, reduce=reduce,
+                                 axis=axis, keepdims=keepdims)
+    return ElementwiseOp(fn, dtype=dtype, name=name, reduce=reduce, axis=axis,
+                         keepdims=keepdims)
+
+
+def reduce(fn: Callable[..., Any], how: Reduce = "sum", *, axis: Any = None,
+           keepdims: bool = False, dtype: Any = None,
+           name: str | None = None) -> ElementwiseOp:
+    """A fused map-reduce: ``fn`` on every element of its broadcast operands, reduced in the
+    same pass (``jitops.elementwise(fn, reduce=how, axis=axis, keepdims=keepdims)``).
+
+    Parameters
+    ----------
+    fn : callable or ElementwiseOp
+        The scalar function (it may return several values).
+    how : str or tuple, default "sum"
+        ``sum``, ``prod``, ``max``, ``min``, ``any``, ``all`` or ``mean``, or one per result
+        (None: stored).
+    axis : None, int or tuple of int
+        The axes of the broadcast result to reduce (None: all).
+    keepdims : bool, default False
+    dtype : dtype, optional
+        The values' dtype before reducing, instead of the function's.
+    name : str, optional
+
+    Returns
+    -------
+    ElementwiseOp
+        Called as ``op(*operands, broadcast="numpy", axis=-1, out=None)`` (``axis`` there
+        is Paddle's ``pdpd`` start axis, as for every op); a NumPy scalar for a full
+        reduction, as NumPy's.
+
+    Raises
+    ------
+    ValueError
+        An unknown reduction, or (when called) a bad reduction axis, shapes that do not
+        broadcast, a ``max``/``min`` of nothing.
+    TypeError
+        A function that cannot be compiled for the operands, or operands that are not host
+        arrays.
+
+    Examples
+    --------
+    >>> import numpy as np, jitops
+    >>> a, b = np.arange(5.0), np.ones(5)
+    >>> float(jitops.reduce(lambda x, y: (x - y) ** 2)(a, b))
+    15.0
+    >>> jitops.reduce(lambda x: x, "max", axis=0)(np.array([[1, 5], [3, 2]]))
+    array([3, 5])
+    """
+    return ElementwiseOp(fn, dtype=dtype, name=name, reduce=how, axis=axis,
+                         keepdims=keepdims)

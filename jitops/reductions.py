@@ -20,7 +20,7 @@ from .core import grads, tensors
 from .core.dtypes import is_bfloat16
 from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import plan_reduction, sum_to_frame
-from .cpu import layout, parallel
+from .cpu import layout, nary, parallel
 from .cpu import reduce as _reduce
 from .cpu.backend import _address, drivers, entry_point
 from .cpu.kernels import FP_RAISED, OK
@@ -49,13 +49,25 @@ def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
     return tuple(s // isz for s in a.strides)
 
 
-def _combine(rows: np.ndarray) -> np.ndarray:
-    """The partial rows of a split sum added pairwise in task order (adjacent pairs)."""
-    while rows.shape[0] > 1:
-        n = rows.shape[0] - rows.shape[0] % 2
-        paired = rows[0:n:2] + rows[1:n:2]
-        rows = np.concatenate([paired, rows[n:]]) if n < rows.shape[0] else paired
-    return rows[0]
+def _combine(rows: np.ndarray, how: str) -> np.ndarray:
+    """The partial rows of a split reduction combined in task order (a sum's adjacent pairs
+    pairwise; the others in order: each is exact or order-free)."""
+    if how == "sum":
+        while rows.shape[0] > 1:
+            n = rows.shape[0] - rows.shape[0] % 2
+            paired = rows[0:n:2] + rows[1:n:2]
+            rows = np.concatenate([paired, rows[n:]]) if n < rows.shape[0] else paired
+        return rows[0]
+    with np.errstate(all="ignore"):
+        if how == "prod":
+            return np.multiply.reduce(rows, axis=0)
+        if how == "max":
+            return np.maximum.reduce(rows, axis=0)
+        if how == "min":
+            return np.minimum.reduce(rows, axis=0)
+        if how == "any":
+            return np.bitwise_or.reduce(rows, axis=0)
+        return np.bitwise_and.reduce(rows, axis=0)
 
 
 def _cast(acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -67,30 +79,36 @@ def _cast(acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
 
 class _Launch:
     """A planned pass, kept for the next call of the same geometry: the task's address, the
-    meta, and per result how it is held (stored, or summed into ``rows`` rows)."""
+    meta, and per result how it is held (:class:`_Held`)."""
 
-    __slots__ = ("task", "meta", "meta_address", "parallel", "results", "acc")
+    __slots__ = ("task", "meta", "meta_address", "parallel", "results")
 
-    def __init__(self, rule, in_dtypes, in_strides, frames_in, space, frames, dtypes, lead,
-                 threads):
-        common = np.dtype(np.float32) if any(is_bfloat16(d) for d in in_dtypes) \
-            else np.result_type(*in_dtypes)
-        compute = _reduce.compute_dtype(common)
-        self.acc = acc_dt = _reduce.accumulator(compute)
+    def __init__(self, fn, key, cacheable, in_dtypes, in_strides, frames_in, space, frames,
+                 hows, dtypes, lead, threads, compute, direct):
         strides = [expand_strides(sh, st, f, space) for (sh, st), f in zip(in_strides, frames_in)]
         plan = plan_reduction(space, strides, frames, lead=lead, threads=threads)
         if len(plan.shape) > _reduce.MAX_DIMS:
             raise ValueError(f"at most {_reduce.MAX_DIMS} dims after merging, got "
                              f"{len(plan.shape)}")
-        spec = _reduce.ReduceSpec(rule, tuple(d.name for d in in_dtypes),
-                                  tuple(d.name for d in dtypes), compute.name, acc_dt.name)
+        nary.register(key, fn)
+        hows = [h if rp.summed else "store" for h, rp in zip(hows, plan.results)]
+        spec0 = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name,
+                                   tuple(("float64", "store", "float64") for _ in dtypes),
+                                   direct, cacheable)
+        values = [np.dtype(_as_dtype(v)) for v in _reduce.value_types(spec0)]
+        values = values if len(values) == len(frames) else values * len(frames)
+        accs = [_reduce.accumulator(h, v) if h != "store" else dt
+                for h, v, dt in zip(hows, values, dtypes)]
+        spec = _reduce.ReduceSpec(key, spec0.inputs, compute.name, tuple(
+            ((dt or a).name, h, a.name) for dt, h, a in zip(dtypes, hows, accs)), direct,
+            cacheable)
         self.results, modes, partial = [], [], []
-        for r, rp in enumerate(plan.results):
+        for rp, how, acc in zip(plan.results, hows, accs):
             rows = plan.ntasks if rp.partial else 1
-            self.results.append((rp.summed, rp.frame, rows, rp.size))
+            self.results.append(_Held(rp.summed, rp.frame, rows, rp.size, how, acc))
             modes.append(_reduce.STORE if not rp.summed else
-                         _reduce.ROW_SUM if rp.strides[-1] == 0 else _reduce.COLUMN_SUM)
-            partial.append(rp.size * acc_dt.itemsize if rp.partial else 0)
+                         _reduce.ROW if rp.strides[-1] == 0 else _reduce.COLUMN)
+            partial.append(rp.size * acc.itemsize if rp.partial else 0)
         nd = len(plan.shape)
         words = [0] * (_reduce.MAX_DIMS * (_reduce.MAX_INPUTS + _reduce.MAX_RESULTS))
         for i, st in enumerate([*plan.inputs, *[rp.strides for rp in plan.results]]):
@@ -107,23 +125,53 @@ class _Launch:
         self.parallel = plan.ntasks > 1 and threads > 1
 
 
+class _Held:
+    """How one result of a launch is held: reduced (into ``rows`` accumulator rows of
+    ``size``) or stored; its frame, reduction and accumulator dtype."""
+
+    __slots__ = ("reduced", "frame", "rows", "size", "how", "acc")
+
+    def __init__(self, reduced, frame, rows, size, how, acc):
+        self.reduced, self.frame, self.rows, self.size = reduced, frame, rows, size
+        self.how, self.acc = how, acc
+
+
+def _as_dtype(t) -> np.dtype:
+    from numba.np.numpy_support import as_dtype
+
+    return as_dtype(t)
+
+
 @lru_cache(maxsize=1024)
 def _launch_for(*key) -> _Launch:
     return _Launch(*key)
 
 
-def run_pass(rule: str, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
-             space: tuple[int, ...], frames: list[tuple[int, ...]],
-             dtypes: list[np.dtype], lead: int, fname: str) -> list[np.ndarray]:
-    """One pass of ``rule`` over ``space``: inputs with their frames; per result its frame
-    (``space`` to be stored, 1 on the axes it sums) and dtype. Returns each result in its
-    frame's shape."""
+def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
+             space: tuple[int, ...], frames: list[tuple[int, ...]], hows: list[str],
+             dtypes: list[np.dtype], lead: int, fname: str, compute: np.dtype | None = None,
+             direct: bool = False) -> list[np.ndarray]:
+    """One pass of the scalar function ``fn`` over ``space``: inputs with their frames; per
+    result its frame (``space`` to be stored, 1 on the axes it reduces), ``how`` (``store``
+    or a reduction of jitops.cpu.reduce.HOWS) and dtype. Returns each result in its frame's
+    shape; a reduced one in its accumulator's dtype where ``dtypes`` says None. No
+    floating-point flags are reported (:func:`run_pass_status` returns them)."""
+    return run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
+                           compute, None, direct)[0]
+
+
+def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
+                    compute=None, key=None, direct=False):
+    """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
+    OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.nary.function_key`
+    of it."""
+    if compute is None:
+        common = np.dtype(np.float32) if any(is_bfloat16(a.dtype) for a in inputs) \
+            else np.result_type(*[a.dtype for a in inputs])
+        compute = _reduce.compute_dtype(common)
     size = 1
     for n in space:
         size *= n
-    if size == 0:
-        return [np.zeros(f, dt) if tuple(f) != tuple(space) else np.empty(f, dt)
-                for f, dt in zip(frames, dtypes)]
     ins = []
     for a in inputs:
         st = _element_strides(a)
@@ -132,34 +180,40 @@ def run_pass(rule: str, inputs: list[np.ndarray], frames_in: list[tuple[int, ...
             st = _element_strides(a)
         ins.append((a, st))
     threads = parallel.num_threads()
+    key, cacheable = key or nary.function_key(fn)
     try:
-        launch = _launch_for(rule, tuple(a.dtype for a, _ in ins),
+        launch = _launch_for(fn, key, cacheable, tuple(a.dtype for a, _ in ins),
                              tuple((a.shape, st) for a, st in ins), tuple(frames_in),
-                             tuple(space), tuple(frames), tuple(dtypes), lead, threads)
+                             tuple(space), tuple(frames), tuple(hows), tuple(dtypes), lead,
+                             threads, compute, direct)
     except ValueError as e:
         raise ValueError(f"jitops.{fname}: {e}") from None
-    buffers = []
-    for (summed, frame, rows, n), dt in zip(launch.results, dtypes):
-        buffers.append(np.zeros((rows, n), launch.acc) if summed else np.empty(frame, dt))
-    ptrs = np.array([_address(a) for a, _ in ins] + [_address(b) for b in buffers], _I64)
-    args = (launch.task, _address(ptrs), launch.meta_address)
-    if launch.parallel:
-        status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
-    else:
-        status = entry_point(_reduce.KERNELS["serial"], _SIG)(*args)
-    if status != OK and status < FP_RAISED:  # (flags: none reported, as Paddle and PyTorch)
-        raise RuntimeError(f"jitops.{fname}: the kernel failed (status {status})")
+    buffers, status = [], OK
+    for h, dt in zip(launch.results, dtypes):
+        if h.reduced:
+            buffers.append(np.full((h.rows, h.size), _reduce.identity(h.how, h.acc), h.acc))
+        else:
+            buffers.append(np.empty(h.frame, dt))
+    if size:
+        ptrs = np.array([_address(a) for a, _ in ins] + [_address(b) for b in buffers], _I64)
+        args = (launch.task, _address(ptrs), launch.meta_address)
+        if launch.parallel:
+            status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
+        else:
+            status = entry_point(_reduce.KERNELS["serial"], _SIG)(*args)
+        if status != OK and status < FP_RAISED:
+            raise RuntimeError(f"jitops.{fname}: the function raised an exception inside "
+                               f"the compiled kernel, so some elements were not computed")
     out = []
-    for (summed, frame, rows, _), b, dt in zip(launch.results, buffers, dtypes):
-        if summed:
-            b = _cast(_combine(b) if rows > 1 else b[0], dt).reshape(frame)
+    for h, b, dt in zip(launch.results, buffers, dtypes):
+        if h.reduced:
+            b = _combine(b, h.how) if h.rows > 1 else b[0]
+            b = b.reshape(h.frame) if dt is None else _cast(b, dt).reshape(h.frame)
         out.append(b)
-    return out
+    return out, status
 
 
 _SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
-
-
 _frame_of = lru_cache(maxsize=1024)(sum_to_frame)
 
 
@@ -220,7 +274,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
         raise TypeError(f"jitops.sum_to: g has dtype {g.dtype}; sum_to sums numbers "
                         f"(bool and non-numeric arrays are refused)")
     frame = _frame_of(g.shape, shape, mode, axis)
-    (res,) = run_pass("sum_to", [g], [g.shape], g.shape, [frame], [g.dtype], 0, fname)
+    (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], ["sum"], [g.dtype], 0,
+                      fname, direct=True)
     res = res.reshape(shape)
     return wrap(res) if wrap is not None else res
 
@@ -245,8 +300,8 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
         raise ValueError(f"jitops.{fname}: dout has shape {dout.shape}, but x {x.shape} and "
                          f"y {y.shape} broadcast to {space} (broadcast={mode!r}"
                          + (f", axis={axis})" if mode == "pdpd" else ")"))
-    dx, dy = run_pass(grads.rule_name(op, ties), [x, y, dout], [fx, fy, space], space,
-                      [fx, fy], [x.dtype, y.dtype], 2, fname)
+    dx, dy = run_pass(grads.RULES[grads.rule_name(op, ties)], [x, y, dout], [fx, fy, space],
+                      space, [fx, fy], ["sum", "sum"], [x.dtype, y.dtype], 2, fname)
     dx, dy = dx.reshape(x.shape), dy.reshape(y.shape)
     if wrap is not None:
         return wrap(dx), wrap(dy)
@@ -329,3 +384,177 @@ elementwise_min_grad = _make_grad("min")
 elementwise_fmax_grad = _make_grad("fmax")
 elementwise_fmin_grad = _make_grad("fmin")
 elementwise_pow_grad = _make_grad("pow")
+
+
+# -- user ops with several results, some reduced ---------------------------------------
+
+#: What each reduction gives NumPy's way (``np.<how>`` of a dtype's values).
+_REDUCTIONS = ("sum", "prod", "max", "min", "any", "all", "mean")
+
+
+def reduce_dtype(how: str, value: np.dtype) -> np.dtype:
+    """The dtype NumPy's ``how`` reduction of ``value`` values gives (64-bit Linux)."""
+    if how in ("any", "all"):
+        return np.dtype(np.bool_)
+    if how in ("sum", "prod"):
+        if value.kind == "b" or (value.kind == "i" and value.itemsize < 8):
+            return np.dtype(np.int64)
+        if value.kind == "u" and value.itemsize < 8:
+            return np.dtype(np.uint64)
+        return value
+    if how == "mean":
+        return np.dtype(np.float64) if value.kind in "biu" else value
+    return value  # max, min
+
+
+def normalize_axes(axis, ndim: int, fname: str) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints) as sorted non-negative axes of ``ndim``;
+    NumPy's AxisError (a ValueError and IndexError) or TypeError otherwise."""
+    if axis is None:
+        return tuple(range(ndim))
+    items = axis if isinstance(axis, tuple) else (axis,)
+    out = []
+    for a in items:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"jitops.{fname}: the reduction axis must be None, an int or a "
+                            f"tuple of ints, got {axis!r}")
+        a = int(a)
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim, f"jitops.{fname}")
+        a %= ndim
+        if a in out:
+            raise ValueError(f"jitops.{fname}: duplicate value in the reduction axis {axis!r}")
+        out.append(a)
+    return tuple(sorted(out))
+
+
+def normalize_hows(reduce, nres: int, fname: str) -> tuple:
+    """``reduce`` (None, a reduction's name, or one entry per result, None to store) as one
+    entry per result."""
+    hows = reduce if isinstance(reduce, (tuple, list)) else (reduce,) * nres
+    if len(hows) != nres:
+        raise ValueError(f"jitops.{fname}: reduce= has {len(hows)} entries for a function of "
+                         f"{nres} results")
+    for h in hows:
+        if h is not None and h not in _REDUCTIONS:
+            raise ValueError(f"jitops.{fname}: unknown reduction {h!r}; one of "
+                             f"{_REDUCTIONS} (or None to store the result)")
+    return tuple(hows)
+
+
+def _host_operand(v, fname: str):
+    if hasattr(v, "__cuda_array_interface__") or type(v).__module__.startswith("dask"):
+        raise TypeError(f"jitops.{fname}: a function of several results, or with reduce=, "
+                        f"runs on host arrays (NumPy, PyTorch/Paddle CPU tensors) in this "
+                        f"release; got a {type(v).__name__}")
+    if isinstance(v, (bool, int, float, complex)):
+        return v  # weak, NumPy 2's rules
+    return np.asarray(v)
+
+
+def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
+    """A user op (jitops.fusion.ElementwiseOp) whose function returns several values, or
+    whose results are reduced (``op.reduce``, over ``op.axes``): one pass over the
+    operands, each result stored or reduced (jitops.cpu.reduce)."""
+    from .core.dtypes import check_dtype, user_result
+    from .core.errstate import report
+    from .core.plan import check_axis_type
+
+    fname = op.__name__
+    if device not in (None, "cpu"):
+        raise TypeError(f"jitops.{fname}: a function of several results, or with reduce=, "
+                        f"runs on the CPU in this release (device={device!r})")
+    host = tensors.unwrap(operands, None, fname)
+    wrap = None
+    if host is not None:
+        operands, wrap = host.operands, host.wrap
+    vals = [_host_operand(v, fname) for v in operands]
+    mode = normalize_mode(broadcast)
+    axis = check_axis_type(axis)
+    arrays = [v for v in vals if isinstance(v, np.ndarray)]
+    for a in arrays:
+        check_dtype(a.dtype, "an operand", fname)
+    common = np.dtype(np.float32) if any(is_bfloat16(a.dtype) for a in arrays) \
+        else np.result_type(*vals)
+    check_dtype(common, "the operands' common dtype", fname)
+    compute = _reduce.compute_dtype(common)
+    inputs = [v if isinstance(v, np.ndarray) else np.asarray(v, common) for v in vals]
+    returned = op.returns(compute, fname)
+    nres = len(returned)
+    hows = normalize_hows(op.reduce, nres, fname)
+    space, frames_in = align_all([a.shape for a in inputs], mode, axis)
+    axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()
+    size = int(np.prod(space, dtype=np.int64))
+    count = int(np.prod([space[d] for d in axes], dtype=np.int64))
+    frames, kernel_hows, kernel_dtypes, final, shapes = [], [], [], [], []
+    for how, ret in zip(hows, returned):
+        stored = op.dtype if op.dtype is not None else user_result(common, ret)
+        if how is None:
+            frames.append(tuple(space))
+            kernel_hows.append("store")
+            kernel_dtypes.append(stored)
+            final.append(stored)
+            shapes.append(tuple(space))
+            continue
+        if how in ("max", "min") and ret.kind == "c":
+            raise TypeError(f"jitops.{fname}: {how} of complex results is not supported")
+        if how in ("max", "min") and count == 0 and size == 0:
+            raise ValueError(f"jitops.{fname}: zero-size array to reduction operation "
+                             f"{'maximum' if how == 'max' else 'minimum'} which has no "
+                             f"identity")
+        value = stored  # the values as the stored result would hold them (float16 too)
+        frames.append(tuple(1 if d in axes else n for d, n in enumerate(space)))
+        kernel_hows.append("sum" if how == "mean" else how)
+        kernel_dtypes.append(None)  # the accumulator comes back; finished below
+        final.append(reduce_dtype(how, value))
+        shapes.append(frames[-1] if op.keepdims else
+                      tuple(n for d, n in enumerate(space) if d not in axes))
+    outs = _check_outs(out, shapes, final, nres, fname)
+    lead = max(range(len(inputs)), key=lambda i: inputs[i].size)
+    key = (op.key, op.cacheable)
+    results, status = run_pass_status(op.py_func, inputs, frames_in, space, frames,
+                                      kernel_hows, kernel_dtypes, lead, fname, compute, key)
+    if status >= FP_RAISED:
+        report(status, fname)
+    done = []
+    for how, r, dt, shape in zip(hows, results, final, shapes):
+        if how == "mean":
+            with np.errstate(invalid="ignore", divide="ignore"):
+                r = r / count if r.dtype.kind == "c" else r / np.float64(count)
+        if how in ("any", "all"):
+            r = r != 0
+        done.append(_cast(r, dt).reshape(shape))
+    if outs is not None:
+        for o, r in zip(outs, done):
+            if o is not None:
+                np.copyto(o, r, casting="no")
+        done = [r if o is None else o for o, r in zip(outs, done)]
+    elif wrap is None:
+        done = [r[()] if r.ndim == 0 else r for r in done]
+    if wrap is not None and outs is None:
+        done = [wrap(r) for r in done]
+    return tuple(done) if nres > 1 else done[0]
+
+
+def _check_outs(out, shapes, dtypes, nres: int, fname: str):
+    """``out`` as one entry per result (None: a new array), each checked before anything is
+    written: exactly the result's shape and dtype, writeable."""
+    if out is None:
+        return None
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != nres:
+        raise ValueError(f"jitops.{fname}: out= has {len(outs)} entries for {nres} results")
+    for i, (o, shape, dt) in enumerate(zip(outs, shapes, dtypes)):
+        if o is None:
+            continue
+        if not isinstance(o, np.ndarray):
+            raise TypeError(f"jitops.{fname}: out[{i}] must be a numpy.ndarray, got "
+                            f"{type(o).__name__}")
+        if o.shape != tuple(shape):
+            raise ValueError(f"jitops.{fname}: out[{i}] has shape {o.shape}, the result "
+                             f"{tuple(shape)}")
+        if o.dtype != dt:
+            raise TypeError(f"jitops.{fname}: out[{i}] has dtype {o.dtype}, the result {dt}")
+        if not o.flags.writeable:
+            raise ValueError(f"jitops.{fname}: out[{i}] is read-only")
+    return outs

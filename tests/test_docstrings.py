@@ -11,7 +11,7 @@ PUBLIC = [n for n in jitops.__all__ if callable(getattr(jitops, n)) and n[0].isl
 #: The settings functions: documented like the rest, but they take no operands.
 SETTINGS = ("threading_layer", "get_num_threads", "set_num_threads", "threads")
 #: Reductions of broadcast results: no ``act``, ``out`` or ``device`` (host arrays).
-REDUCTIONS = tuple(n for n in PUBLIC if n == "sum_to" or n.endswith("_grad"))
+REDUCTIONS = tuple(n for n in PUBLIC if n in ("sum_to", "reduce") or n.endswith("_grad"))
 
 
 def _takes_arguments(fn) -> bool:

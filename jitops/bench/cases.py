@@ -445,6 +445,35 @@ def _sum_1e8():
     return c, g.nbytes
 
 
+def sq_diff(a, b):
+    """The fused reduction row's element: ``(a - b) ** 2``."""
+    d = a - b
+    return d * d
+
+
+def _sq_diff_sum():
+    """``sum((a - b) ** 2)`` over two 1e7 float32 arrays: one jitops pass (``jitops.reduce``)
+    against NumPy's two passes and a temporary, numexpr's ``sum()``, PyTorch eager and
+    ``torch.compile`` (inductor, compiled here before the rounds) and the read-only probe
+    reading both arrays."""
+    a, b = _rand(10**7, seed=11), _rand(10**7, seed=12)
+    op = jitops.reduce(sq_diff)
+    c = {"jitops": lambda: op(a, b), "numpy": lambda: np.sum((a - b) ** 2),
+         "probe": lambda: (harness.stream_read(a), harness.stream_read(b))}
+    if numexpr is not None:
+        c["numexpr"] = lambda: numexpr.evaluate("sum((a - b) ** 2)", local_dict={"a": a, "b": b})
+    if torch is not None:
+        ta, tb = _t(a, b)
+        c["torch"] = lambda: ((ta - tb) ** 2).sum()
+        try:
+            compiled = torch.compile(lambda x, y: ((x - y) ** 2).sum())
+            compiled(ta, tb)
+            c["torch_compile"] = lambda: compiled(ta, tb)
+        except Exception:  # no inductor here (no C++ compiler): the row goes without
+            pass
+    return c, a.nbytes + b.nbytes
+
+
 #: Operands per call of a varying-shape row, and distinct operand sets it cycles through:
 #: almost every call of a run meets a shape it has not met (or not lately).
 _BATCH, _POOL = 100, 4000
@@ -576,6 +605,9 @@ CASES = [
          _family("greater", np.float32, 10**4, torch_op="gt"), {"numpy": 1.0}),
     Case("ov_divide_pdpd", "openvino.Divide int32 pdpd X(32,64,56,56) / Y(56,), new result",
          _ov_divide_pdpd, {"numpy": 1.0}, rounds=21),
+    Case("sq_diff_sum", "sum((a - b) ** 2), two 1e7 float32 arrays (jitops.reduce: one pass)",
+         _sq_diff_sum, {"numpy": 2.0, "numexpr": 1.5, "torch": 1.0, "torch_compile": 1.0},
+         rounds=21),
     Case("sum_to_channels", "sum_to X(32,64,56,56) -> (64,) (pdpd axis 1; others: sum over "
          "axes 0, 2, 3)", _sum_to_channels, {"numpy": 1.5, "torch": 1.0}, rounds=21),
     Case("add_grad_channels", "elementwise_add_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",

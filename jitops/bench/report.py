@@ -8,7 +8,7 @@ import os
 NAMES = {"jitops": "jitops", "numpy": "NumPy", "torch": "PyTorch", "numexpr": "numexpr",
          "probe": "probe", "pandas": "pandas", "paddle": "Paddle",
          "ndarray": "jitops on ndarrays", "openvino": "OpenVINO",
-         "limit": "the limit", "out": "jitops with out="}
+         "limit": "the limit", "out": "jitops with out=", "torch_compile": "torch.compile"}
 
 
 #: A row moving fewer bytes than this runs in the caches: no share of the memory limit.

@@ -206,6 +206,11 @@ def _definition_id(fn) -> str:
     return n
 
 
+def registered(key: str):
+    """The function registered under ``key``, or None."""
+    return _FUNCTIONS.get(key)
+
+
 def register(key: str, fn) -> object:
     """Record ``fn`` under ``key``; returns the function compiled for that key (the first one
     registered: later ones are the same definition)."""

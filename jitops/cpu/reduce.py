@@ -1,24 +1,29 @@
-"""CPU kernels of a pass with stored and summed results (jitops.core.reduction plans it).
+"""CPU kernels of a pass whose results are stored or reduced (jitops.core.reduction plans it).
 
 A task walks its part of the plan's space row by row (the innermost axis), in blocks of
-:data:`BLOCK` elements: the map (a gradient rule of jitops.core.grads, or sum_to's identity)
-writes up to two results' values into two small buffers, then each result takes its block:
+:data:`BLOCK` elements: the map -- a scalar function of up to :data:`MAX_INPUTS` inputs
+returning up to :data:`MAX_RESULTS` values (a user op, a gradient rule of jitops.core.grads,
+sum_to's identity) -- writes each result's values into a small buffer, then each result
+takes its block by its *how* (a compile-time part of the spec) and its mode (the plan's):
 
 * ``STORE``: written to its array at its strides, in its dtype;
-* ``ROW_SUM``: the result sums the row (its stride there is 0): 8 interleaved lanes over the
-  block, as NumPy's ``pairwise_sum`` leaf, and the blocks of a row combined pairwise through a
-  binary counter, then added to the accumulator;
-* ``COLUMN_SUM``: the result keeps the row's axis and sums an outer one: each value added to
-  its accumulator element in order (NumPy's order for an outer reduction).
+* ``ROW``: the result reduces the row (its stride there is 0): a block reduced at once (a
+  sum with the compiler's vector lanes), a sum's blocks merged pairwise through a binary
+  counter, then combined into the accumulator element;
+* ``COLUMN``: the result keeps the row's axis and reduces an outer one: each value combined
+  into its accumulator element in order (NumPy's order for an outer reduction).
 
-Accumulators are float64 for every float dtype (complex128, int64, uint64 otherwise), so a
-float32 sum keeps ~29 more bits than NumPy's float32 pairwise sum. A task whose split axis a
-result sums writes that result's own partial row (``PARTIAL`` bytes apart); the host combines
-the rows in task order. Tasks run on the pool as user-op tasks do (``KIND_NARY``): the
-spec-free drivers below take the task's address.
+Accumulators are float64 for float sums and products (complex128, int64, uint64 otherwise),
+so a float32 sum keeps ~29 more bits than NumPy's float32 pairwise sum; ``max``/``min``
+propagate NaN as NumPy's; ``any``/``all`` are bytes. A task whose split axis a result
+reduces combines into that result's own partial row (``PARTIAL`` bytes apart); the host
+combines the rows in task order. Tasks run on the pool as user-op tasks do (``KIND_NARY``):
+the spec-free drivers take the task's address. No floating-point flags are reported.
 """
 
 from __future__ import annotations
+
+import textwrap
 
 import numpy as np
 from numba import prange, types
@@ -32,8 +37,7 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from ..core import grads
-from . import pool
+from . import nary, pool
 from .half import CONVERSIONS
 from .jit import INNER, inner, wrapper
 from .kernels import (
@@ -47,19 +51,23 @@ from .kernels import (
     stack_words,
 )
 from .layout import struct
-from .spec import as_pointer, cast_to, load_word, storage
+from .spec import as_pointer, cast_to, load_word, storage, to_bool_byte
 
 _I64 = types.int64
 
-#: Elements of a row a task maps (and sums) at a time: the buffers stay in L1.
-BLOCK = 512
-#: Results of one pass (a gradient's dx and dy) and its inputs (x, y, dout).
-MAX_RESULTS, MAX_INPUTS = 2, 3
+#: Elements of a row a task maps (and reduces) at a time: the buffers stay in L1.
+BLOCK = 2048
+#: Results and inputs of one pass.
+MAX_RESULTS, MAX_INPUTS = 4, 8
 #: Ranks a reduction task walks (its odometer and offsets live on its stack).
 MAX_DIMS = 32
+#: Bytes an input's staged block may take (complex128).
+_STAGE_BYTES = 16 * BLOCK
 
-#: What a result does with a block.
-STORE, ROW_SUM, COLUMN_SUM = 0, 1, 2
+#: What a result does with a block (the plan's choice; its *how* is the spec's).
+STORE, ROW, COLUMN = 0, 1, 2
+#: The reductions a result may take (``store``: none).
+HOWS = ("store", "sum", "prod", "max", "min", "any", "all")
 
 #: A reduction launch's meta: rank, split axis, task count, inputs, results; per result its
 #: mode and the bytes between tasks' partial rows (0: none); the shape; the operands'
@@ -69,35 +77,51 @@ RMETA = struct("ReduceMeta", f"ND SPLIT NTASKS NIN NRES MODE:{MAX_RESULTS} "
                              f"STRIDES:{MAX_DIMS * (MAX_INPUTS + MAX_RESULTS)} BOUNDS")
 
 
-def accumulator(dtype: np.dtype) -> np.dtype:
-    """The dtype a sum of ``dtype`` values is accumulated in."""
-    if dtype.kind == "c":
-        return np.dtype(np.complex128)
-    if dtype.kind == "u":
-        return np.dtype(np.uint64)
-    if dtype.kind in "ib":
-        return np.dtype(np.int64)
-    return np.dtype(np.float64)
-
-
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """What ``dtype`` values are computed in (float16 and bfloat16 in float32)."""
     return np.dtype(np.float32) if dtype.itemsize == 2 and dtype.kind == "f" or \
         dtype.name == "bfloat16" else dtype
 
 
+def accumulator(how: str, value: np.dtype) -> np.dtype:
+    """The dtype values of ``value`` are reduced in by ``how``."""
+    if how in ("any", "all") or value.kind == "b":
+        return np.dtype(np.uint8) if how not in ("sum", "prod") else np.dtype(np.int64)
+    if value.kind == "c":
+        return np.dtype(np.complex128)
+    if value.kind == "u":
+        return np.dtype(np.uint64) if how in ("sum", "prod") else value
+    if value.kind == "i":
+        return np.dtype(np.int64) if how in ("sum", "prod") else value
+    return np.dtype(np.float64)
+
+
+def identity(how: str, acc: np.dtype):
+    """The value an accumulator of ``how`` starts from."""
+    if how in ("sum", "any"):
+        return 0
+    if how in ("prod", "all"):
+        return 1
+    if acc.kind == "f":
+        return -np.inf if how == "max" else np.inf
+    info = np.iinfo(acc)
+    return info.min if how == "max" else info.max
+
+
 class ReduceSpecType(types.Dummy):
     """Numba type of a :class:`ReduceSpec`; all information is in its (stable) name."""
 
-    def __init__(self, rule: str, inputs: tuple[str, ...], results: tuple[str, ...],
-                 compute: str, acc: str):
-        self.rule, self.inputs, self.results = rule, inputs, results
-        self.compute, self.acc = compute, acc
-        super().__init__(name=f"jitops.ReduceSpec({rule};{','.join(inputs)};"
-                              f"{','.join(results)};{compute};{acc})")
+    def __init__(self, fn_key: str, inputs: tuple[str, ...], compute: str,
+                 results: tuple[tuple[str, str, str], ...], direct: bool):
+        self.fn_key, self.inputs, self.compute = fn_key, inputs, compute
+        self.results, self.direct = results, direct
+        res = ",".join(":".join(r) for r in results)
+        super().__init__(name=f"jitops.ReduceSpec({fn_key};{','.join(inputs)};{compute};"
+                              f"{res}{';direct' if direct else ''})")
 
     def __reduce__(self):  # the cache index pickles signatures
-        return (ReduceSpecType, (self.rule, self.inputs, self.results, self.compute, self.acc))
+        return (ReduceSpecType, (self.fn_key, self.inputs, self.compute, self.results,
+                                 self.direct))
 
 
 register_model(ReduceSpecType)(models.OpaqueModel)
@@ -109,19 +133,23 @@ def _unbox_spec(typ, obj, c):
 
 
 class ReduceSpec:
-    """What one reduction task computes: the rule (jitops.core.grads.RULES), the inputs' and
-    results' dtype names, the compute and accumulator dtypes. Interned."""
+    """What one reduction task computes: the function (its key, registered with
+    jitops.cpu.nary.register), the inputs' dtype names and the compute dtype, per result its
+    ``(dtype, how, accumulator)`` names; ``direct``: the function is the identity of one
+    input (its unit-stride rows are then reduced in place). Interned."""
 
-    __slots__ = ("rule", "inputs", "results", "compute", "acc", "numba_type")
+    __slots__ = ("fn_key", "inputs", "compute", "results", "direct", "cacheable",
+                 "numba_type")
     _interned: dict = {}
 
-    def __new__(cls, rule: str, inputs: tuple[str, ...], results: tuple[str, ...],
-                compute: str, acc: str):
-        key = (rule, inputs, results, compute, acc)
+    def __new__(cls, fn_key: str, inputs: tuple[str, ...], compute: str,
+                results: tuple[tuple[str, str, str], ...], direct: bool, cacheable: bool):
+        key = (fn_key, inputs, compute, results, direct)
         s = cls._interned.get(key)
         if s is None:
             s = object.__new__(cls)
-            s.rule, s.inputs, s.results, s.compute, s.acc = key
+            s.fn_key, s.inputs, s.compute, s.results, s.direct = key
+            s.cacheable = cacheable
             s.numba_type = ReduceSpecType(*key)
             cls._interned[key] = s
         return s
@@ -132,12 +160,159 @@ def _typeof_spec(val, c):
     return val.numba_type
 
 
-# -- the compiled pieces ---------------------------------------------------------------
+# -- the reductions' pieces ------------------------------------------------------------
 
-def map_block(spec, ptrs, offs, steps, m, b0, b1, st0, st1, st2):
-    """Map ``m`` elements of a row into ``b0``, ``b1`` (compute dtype): input ``i`` read at
-    ``offs[i] + k * steps[i]``, staged first into ``st<i>`` unless unit-stride, so that the
-    map itself is one unit-stride loop (vectorised) whatever the broadcast mix."""
+@inner
+def _sum(a, v):
+    return a + v
+
+
+@inner
+def _prod(a, v):
+    return a * v
+
+
+def _quiet(greater: bool, A):
+    """NumPy's maximum (``greater``) or minimum of an accumulator ``a`` of type ``A`` and a
+    value: a NaN wins (the earlier one). Compared quietly: an ordered comparison of a NaN
+    raises *invalid* in vector code, so NaNs are replaced by 0 before comparing (equality
+    tests are quiet)."""
+    z = A(0)
+
+    def ge(a, v):
+        a_ok, v_ok = a == a, v == v
+        x = a if a_ok else z
+        y = v if v_ok else z
+        return a if not a_ok or (v_ok and x >= y) else v
+
+    def le(a, v):
+        a_ok, v_ok = a == a, v == v
+        x = a if a_ok else z
+        y = v if v_ok else z
+        return a if not a_ok or (v_ok and x <= y) else v
+
+    return inner(ge if greater else le)
+
+
+@inner
+def _any(a, v):
+    return 1 if a != 0 or v != 0 else 0
+
+
+@inner
+def _all(a, v):
+    return 1 if a != 0 and v != 0 else 0
+
+
+@inner
+def _keep(v):
+    return v
+
+
+_COMBINE = {"sum": _sum, "prod": _prod, "any": _any, "all": _all}
+_QUIET: dict = {}
+
+
+def combiner(how: str, A):
+    """The function combining a value into an accumulator of Numba type ``A`` by ``how``."""
+    if how not in ("max", "min"):
+        return _COMBINE[how]
+    f = _QUIET.get((how, A))
+    if f is None:
+        f = _QUIET[how, A] = _quiet(how == "max", A)
+    return f
+
+
+@inner(fastmath={"reassoc"})
+def _block_sum(buf, lo, hi, zero):
+    """``buf[lo:hi]`` summed in ``zero``'s type, reassociated: the compiler's vector lanes
+    each sum every lane-th element, then the lanes are added -- a fixed order for the
+    machine code, whatever the thread count."""
+    s = zero
+    for k in range(lo, hi):
+        s += buf[k]
+    return s
+
+
+@inner(fastmath={"reassoc"})
+def _block_prod(buf, lo, hi, one):
+    s = one
+    for k in range(lo, hi):
+        s *= buf[k]
+    return s
+
+
+def _folding(combine):
+    def block(buf, lo, hi, init):
+        s = init
+        for k in range(lo, hi):
+            s = combine(s, buf[k])
+        return s
+    return inner(block)
+
+
+_BLOCK = {"sum": _block_sum, "prod": _block_prod,
+          **{h: _folding(_COMBINE[h]) for h in ("any", "all")}}
+_FOLDS: dict = {}
+
+
+def blocker(how: str, A):
+    """The function reducing a block into an accumulator of Numba type ``A`` by ``how``."""
+    if how not in ("max", "min"):
+        return _BLOCK[how]
+    f = _FOLDS.get((how, A))
+    if f is None:
+        f = _FOLDS[how, A] = _folding(combiner(how, A))
+    return f
+
+
+@inner
+def _popcount(c):
+    n = 0
+    while c:
+        n += c & 1
+        c >>= 1
+    return n
+
+
+#: Elements a sum of values as wide as its accumulator (float64, complex128) adds in vector
+#: lanes before the pairwise merging: about NumPy's ``pairwise_sum`` leaf (128), so its error
+#: bound is NumPy's. A narrower value (float32 in float64, integers) takes a whole block.
+LEAF = 128
+
+
+def _leaf(acc: str, value) -> int:
+    """The leaf of a sum of ``value`` (a Numba type, or an array/pointer of it) in ``acc``."""
+    value = getattr(value, "dtype", value)
+    if isinstance(value, (types.Float, types.Complex)) and \
+            np.dtype(acc).itemsize <= np.dtype(str(value)).itemsize:
+        return LEAF
+    return BLOCK
+
+
+@inner
+def _push(lev, count, v):
+    """Push block sum ``v`` as the row's block ``count``: ``lev`` holds one sum per set bit of
+    ``count`` (the largest first), so equal-sized sums merge like a binary counter's carries
+    and every element sits about log2(blocks) additions deep (a pairwise sum)."""
+    top = _popcount(count)
+    while count & 1:
+        top -= 1
+        v = lev[top] + v
+        count >>= 1
+    lev[top] = v
+
+
+@inner
+def _row_total(lev, count, zero):
+    """The row's pairwise levels (``count`` blocks pushed) summed, the smallest first."""
+    top = _popcount(count)
+    v = zero
+    if top:
+        v = lev[top - 1]
+        for i in range(top - 2, -1, -1):
+            v = lev[i] + v
+    return v
 
 
 @inner
@@ -156,96 +331,135 @@ def _itemsize(name: str) -> int:
     return 2 if name in CONVERSIONS else 1 if name == "bool" else np.dtype(name).itemsize
 
 
+def _function(spec):
+    fn = nary.registered(spec.fn_key)
+    if fn is None:
+        raise TypeError(f"jitops: no function registered as {spec.fn_key}")
+    return fn
+
+
+def value_types(spec) -> list:
+    """The Numba types the spec's function returns, one per result."""
+    ret = nary.return_type(_function(spec), np.dtype(spec.compute), len(spec.inputs))
+    return list(ret) if isinstance(ret, types.BaseTuple) else [ret]
+
+
+def map_block(spec, ptrs, offs, steps, m, bufs, st):
+    """Map ``m`` elements of a row into the results' buffers: input ``i`` read at
+    ``offs[i] + k * steps[i]``, staged at ``st`` first unless unit-stride, so that the map
+    itself is one unit-stride loop (vectorised) whatever the broadcast mix."""
+
+
+def _prologue(spec, ns: dict) -> tuple[list[str], str]:
+    """Source lines putting each input's ``m`` row values behind a pointer ``q<i>`` (in
+    place, or staged at ``st``), and the argument list of the function's call at ``j``."""
+    lines, args = [], []
+    for i, name in enumerate(spec.inputs):
+        ns[f"S{i}"], ns[f"L{i}"] = storage(name), load_word(name)
+        lines += [f"    a{i} = ptrs[{i}] + offs[{i}] * {_itemsize(name)}",
+                  f"    if steps[{i}] != 1:",
+                  f"        _stage(as_pointer(ptrs[{i}], S{i}), offs[{i}], steps[{i}], m, "
+                  f"as_pointer(st + {i * _STAGE_BYTES}, S{i}))",
+                  f"        a{i} = st + {i * _STAGE_BYTES}",
+                  f"    q{i} = as_pointer(a{i}, S{i})"]
+        args.append(f"T(L{i}(q{i}[j]))")
+    return lines, ", ".join(args)
+
+
+def _namespace(spec) -> dict:
+    return {"FN": nary.compiled_function(_function(spec)),
+            "T": from_dtype(np.dtype(spec.compute)), "as_pointer": as_pointer,
+            "_stage": _stage, "_push": _push}
+
+
 @overload(map_block, jit_options=INNER)
-def _ov_map_block(spec, ptrs, offs, steps, m, b0, b1, st0, st1, st2):
+def _ov_map_block(spec, ptrs, offs, steps, m, bufs, st):
     if not isinstance(spec, ReduceSpecType):
         return None
-    T = from_dtype(np.dtype(spec.compute))
-    rule = inner(grads.RULES[spec.rule])
-    S = [storage(n) for n in spec.inputs] + [types.uint8] * (3 - len(spec.inputs))
-    L = [load_word(n) for n in spec.inputs]
-    Z = [_itemsize(n) for n in spec.inputs] + [1] * (3 - len(spec.inputs))
-    S0, S1, S2 = S
-    z0, z1, z2 = Z
-
-    if len(spec.inputs) == 1:
-        L0 = L[0]
-
-        def impl(spec, ptrs, offs, steps, m, b0, b1, st0, st1, st2):
-            a0 = ptrs[0] + offs[0] * z0
-            if steps[0] != 1:  # staged: broadcast along the row, or strided
-                _stage(as_pointer(ptrs[0], S0), offs[0], steps[0], m, as_pointer(st0, S0))
-                a0 = st0
-            q0 = as_pointer(a0, S0)
-            for k in range(m):
-                b0[k] = T(L0(q0[k]))
-        return impl
-    L0, L1, L2 = L
-
-    def impl3(spec, ptrs, offs, steps, m, b0, b1, st0, st1, st2):
-        a0 = ptrs[0] + offs[0] * z0
-        if steps[0] != 1:  # staged: broadcast along the row, or strided
-            _stage(as_pointer(ptrs[0], S0), offs[0], steps[0], m, as_pointer(st0, S0))
-            a0 = st0
-        q0 = as_pointer(a0, S0)
-        a1 = ptrs[1] + offs[1] * z1
-        if steps[1] != 1:  # staged: broadcast along the row, or strided
-            _stage(as_pointer(ptrs[1], S1), offs[1], steps[1], m, as_pointer(st1, S1))
-            a1 = st1
-        q1 = as_pointer(a1, S1)
-        a2 = ptrs[2] + offs[2] * z2
-        if steps[2] != 1:  # staged: broadcast along the row, or strided
-            _stage(as_pointer(ptrs[2], S2), offs[2], steps[2], m, as_pointer(st2, S2))
-            a2 = st2
-        q2 = as_pointer(a2, S2)
-        for k in range(m):
-            g0, g1 = rule(T(L0(q0[k])), T(L1(q1[k])), T(L2(q2[k])))
-            b0[k] = T(g0)
-            b1[k] = T(g1)
-    return impl3
+    k = len(spec.results)
+    ns = _namespace(spec)
+    lines, args = _prologue(spec, ns)
+    lines = ["def impl(spec, ptrs, offs, steps, m, bufs, st):", *lines]
+    lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
+    lines += ["    for j in range(m):", f"        r = FN({args})"]
+    if len(value_types(spec)) == 1 and k == 1:
+        lines.append("        b0[j] = r")
+    else:
+        lines += [f"        b{r}[j] = r[{r}]" for r in range(k)]
+    exec(compile("\n".join(lines) + "\n", f"<jitops map of {len(spec.inputs)} inputs>",
+                 "exec"), ns)
+    return ns["impl"]
 
 
-@inner(fastmath={"reassoc"})
-def _block_sum(buf, m, zero):
-    """``buf[:m]`` summed in ``zero``'s type, reassociated: the compiler's vector lanes
-    (16 float64 on AVX2) each sum every 16th element, then the lanes are added -- a fixed
-    order for the machine code, whatever the thread count."""
-    s = zero
-    for k in range(m):
-        s += buf[k]
-    return s
+def sum_block(spec, ptrs, offs, steps, m, st, lev, count):
+    """The one result's values of ``m`` row elements summed as they are computed (no
+    buffer; the sum reassociated into vector lanes, the function's own arithmetic not),
+    pushed on the row's pairwise levels; returns the blocks counted."""
+
+
+@overload(sum_block, jit_options={**INNER, "fastmath": {"reassoc"}})
+def _ov_sum_block(spec, ptrs, offs, steps, m, st, lev, count):
+    if not isinstance(spec, ReduceSpecType):
+        return None
+    ns = _namespace(spec)
+    ns["A"] = from_dtype(np.dtype(spec.results[0][2]))
+    lines, args = _prologue(spec, ns)
+    leaf = _leaf(spec.results[0][2], value_types(spec)[0])
+    lines = ["def impl(spec, ptrs, offs, steps, m, st, lev, count):", *lines]
+    if leaf >= BLOCK:  # one leaf: the plainest loop (nesting it cost a third here)
+        lines += ["    s = A(0)", "    for j in range(m):", f"        s += A(FN({args}))",
+                  "    _push(lev, count, s)", "    return count + 1"]
+    else:
+        lines += [f"    for j0 in range(0, m, {leaf}):", "        s = A(0)",
+                  f"        for j in range(j0, min(m, j0 + {leaf})):",
+                  f"            s += A(FN({args}))",
+                  "        _push(lev, count, s)", "        count += 1", "    return count"]
+    exec(compile("\n".join(lines) + "\n", "<jitops fused sum>", "exec"), ns)
+    return ns["impl"]
 
 
 def _make_sink(r: int):
-    def sink(spec, mode, buf, m, addr, o, s, lev, nlev):
+    def sink(spec, mode, buf, m, addr, o, s, lev, count):
         """Result ``r``'s share of a block (module docstring); returns the blocks counted
-        into its row's pairwise levels ``lev`` (``nlev``)."""
+        into its row's state ``lev`` (``count``)."""
 
-    def ov(spec, mode, buf, m, addr, o, s, lev, nlev):
+    def ov(spec, mode, buf, m, addr, o, s, lev, count):
         if not isinstance(spec, ReduceSpecType):
             return None
-        name = spec.results[r]
+        name, how, acc = spec.results[r]
         St = storage(name)
-        if name in CONVERSIONS:
-            put = CONVERSIONS[name][1]
-        else:
-            put = cast_to(St)
-        A = from_dtype(np.dtype(spec.acc))
-
-        def impl(spec, mode, buf, m, addr, o, s, lev, nlev):
-            if mode == STORE:
+        put = CONVERSIONS[name][1] if name in CONVERSIONS else \
+            to_bool_byte if name == "bool" else cast_to(St)
+        if how == "store":
+            def store(spec, mode, buf, m, addr, o, s, lev, count):
                 p = as_pointer(addr, St)
                 for k in range(m):
                     p[o + k * s] = put(buf[k])
-                return nlev
-            if mode == COLUMN_SUM:
+                return count
+            return store
+        A = from_dtype(np.dtype(acc))
+        combine, block = combiner(how, A), blocker(how, A)
+        ident = A(identity(how, np.dtype(acc)))
+        pairwise = how == "sum"
+        leaf = _leaf(acc, buf)
+        # any/all test the value itself (0.5 is true), the others take it in A
+        conv = _keep if how in ("any", "all") else A
+
+        def impl(spec, mode, buf, m, addr, o, s, lev, count):
+            if mode == COLUMN:
                 a = as_pointer(addr, A)
                 for k in range(m):
-                    a[o + k * s] += A(buf[k])
-                return nlev
-            # ROW_SUM: the block's sum pushed on the row's pairwise levels
-            _push(lev, nlev, _block_sum(buf, m, A(0)))
-            return nlev + 1
+                    a[o + k * s] = A(combine(a[o + k * s], conv(buf[k])))
+                return count
+            # ROW: the block reduced, then merged with the row's earlier blocks
+            if pairwise:  # a sum: leaves of `leaf` pushed on the row's pairwise levels
+                for k0 in range(0, m, leaf):
+                    _push(lev, count, A(block(buf, k0, min(m, k0 + leaf), ident)))
+                    count += 1
+                return count
+            v = A(block(buf, 0, m, ident))
+            lev[0] = v if count == 0 else A(combine(lev[0], v))
+            return count + 1
 
         return impl
 
@@ -254,41 +468,33 @@ def _make_sink(r: int):
     return sink
 
 
-@inner
-def _popcount(c):
-    n = 0
-    while c:
-        n += c & 1
-        c >>= 1
-    return n
+SINKS = [_make_sink(r) for r in range(MAX_RESULTS)]
 
 
-@inner
-def _push(lev, count, v):
-    """Push block sum ``v`` as the row's block ``count``: ``lev`` holds one sum per set bit of
-    ``count`` (the largest first), so equal-sized sums merge like a binary counter's carries
-    and every element sits about log2(blocks) additions deep (a pairwise sum)."""
-    top = _popcount(count)
-    while count & 1:
-        top -= 1
-        v = lev[top] + v
-        count >>= 1
-    lev[top] = v
+def row_end(spec, r, addr, o, lev, count):
+    """Combine result ``r``'s row total (``count`` blocks in ``lev``) into its element."""
 
 
-sink0, sink1 = _make_sink(0), _make_sink(1)
-
-
-@inner
-def _row_total(lev, count, zero):
-    """The row's pairwise levels (``count`` blocks pushed) summed, the smallest first."""
-    top = _popcount(count)
-    v = zero
-    if top:
-        v = lev[top - 1]
-        for i in range(top - 2, -1, -1):
-            v = lev[i] + v
-    return v
+@overload(row_end, jit_options=INNER)
+def _ov_row_end(spec, r, addr, o, lev, count):
+    if not isinstance(spec, ReduceSpecType) or not isinstance(r, types.IntegerLiteral):
+        return None
+    name, how, acc = spec.results[r.literal_value]
+    if how == "store":
+        return lambda spec, r, addr, o, lev, count: None
+    A = from_dtype(np.dtype(acc))
+    combine = combiner(how, A)
+    ident = A(identity(how, np.dtype(acc)))
+    if how == "sum":
+        def impl(spec, r, addr, o, lev, count):
+            a = as_pointer(addr, A)
+            a[o] = A(a[o] + _row_total(lev, count, ident))
+    else:
+        def impl(spec, r, addr, o, lev, count):
+            if count:
+                a = as_pointer(addr, A)
+                a[o] = A(combine(a[o], lev[0]))
+    return impl
 
 
 def reduce_task(spec, pptrs, pmeta, t):
@@ -299,95 +505,106 @@ def reduce_task(spec, pptrs, pmeta, t):
 def _ov_reduce_task(spec, pptrs, pmeta, t):
     if not isinstance(spec, ReduceSpecType):
         return None
-    T = from_dtype(np.dtype(spec.compute))
-    A = from_dtype(np.dtype(spec.acc))
     nres = len(spec.results)
-    # sum_to's values are its input's words (not float16, bfloat16 or bool bytes)
-    DIRECT = spec.rule == "sum_to" and spec.inputs[0] not in CONVERSIONS \
-        and spec.inputs[0] != "bool"
-    S0, Z0 = storage(spec.inputs[0]), _itemsize(spec.inputs[0])
-    # ...whose sum in a wider accumulator gains nothing from pairwise blocks: integers add
-    # exactly (modulo 2**64), and float32 rounding in float64 is 2**-29 of its own
-    WIDE = DIRECT and np.dtype(spec.acc).itemsize > _itemsize(spec.inputs[0]) \
-        and spec.inputs[0] != "complex64"
-
-    def impl(spec, pptrs, pmeta, t):
-        meta = as_pointer(pmeta, _I64)
-        ptrs = as_pointer(pptrs, _I64)
-        nd, split = meta[RMETA.ND], meta[RMETA.SPLIT]
-        nin = meta[RMETA.NIN]
-        nops = nin + nres
-        lo, hi = meta[RMETA.BOUNDS + t], meta[RMETA.BOUNDS + t + 1]
-        idx = stack_words()
-        offs = stack_words()
-        steps = stack_words()
-        addrs = stack_words()
+    vals = value_types(spec)
+    vals = vals if len(vals) == nres else vals * nres
+    name0 = spec.inputs[0]
+    # sum_to reads its input's words (not float16, bfloat16 or bool bytes) in place; a sum
+    # in a wider accumulator gains nothing from pairwise blocks: integers add exactly
+    # (modulo 2**64), and float32's rounding in float64 is 2**-29 of its own
+    direct = spec.direct and name0 not in CONVERSIONS and name0 != "bool"
+    wide = direct and np.dtype(spec.results[0][2]).itemsize > _itemsize(name0) \
+        and name0 != "complex64" and spec.results[0][1] == "sum"
+    ns = {"np": np, "as_pointer": as_pointer, "stack_words": stack_words, "RMETA": RMETA,
+          "MAX_DIMS": MAX_DIMS, "BLOCK": BLOCK, "map_block": map_block, "row_end": row_end,
+          "sum_block": sum_block,
+          "_I64": _I64, "S0": storage(name0), "STAGE": _STAGE_BYTES * len(spec.inputs),
+          **{f"sink{r}": SINKS[r] for r in range(nres)},
+          **{f"V{r}": vals[r] for r in range(nres)},
+          **{f"A{r}": from_dtype(np.dtype(spec.results[r][2] if spec.results[r][1] != "store"
+                                          else "float64")) for r in range(nres)}}
+    R = range(nres)
+    buffers = "\n".join(f"    bf{r} = np.empty(BLOCK, V{r})\n"
+                        f"    lev{r} = np.zeros(64, A{r})" for r in R)
+    bufs = ", ".join(f"bf{r}" for r in R) + ("," if nres == 1 else "")
+    sinks = "\n".join(
+        f"            n{r} = sink{r}(spec, meta[RMETA.MODE + {r}], bf{r}, m, addrs[nin + {r}], "
+        f"offs[nin + {r}], steps[nin + {r}], lev{r}, n{r})" for r in R)
+    mapped = f"            map_block(spec, addrs, offs, steps, m, ({bufs}), st)\n{sinks}"
+    if nres == 1 and spec.results[0][1] == "sum" and not direct:
+        # one sum: a row's values summed as they are computed, no buffer between
+        sinks = f"""            if meta[RMETA.MODE] == {ROW}:
+                n0 = sum_block(spec, addrs, offs, steps, m, st, lev0, n0)
+            else:
+{textwrap.indent(mapped, "    ")}"""
+    elif direct:
+        sinks = f"""            if steps[0] == 1:
+                {'m = inner_hi - k0' if wide else 'pass'}
+                n0 = sink0(spec, meta[RMETA.MODE], as_pointer(addrs[0] + offs[0] * \
+{_itemsize(name0)}, S0), m, addrs[nin], offs[nin], steps[nin], lev0, n0)
+            else:
+{textwrap.indent(mapped, "    ")}"""
+    else:
+        sinks = mapped
+    ends = "\n".join(f"        if meta[RMETA.MODE + {r}] == {ROW}:\n"
+                     f"            row_end(spec, {r}, addrs[nin + {r}], offs[nin + {r}], lev{r}, "
+                     f"n{r})" for r in R)
+    zero = "\n".join(f"        n{r} = 0" for r in R)
+    source = f"""
+def impl(spec, pptrs, pmeta, t):
+    meta = as_pointer(pmeta, _I64)
+    ptrs = as_pointer(pptrs, _I64)
+    nd, split = meta[RMETA.ND], meta[RMETA.SPLIT]
+    nin = meta[RMETA.NIN]
+    nops = nin + {nres}
+    lo, hi = meta[RMETA.BOUNDS + t], meta[RMETA.BOUNDS + t + 1]
+    if hi <= lo:
+        return 0
+    idx = stack_words()
+    offs = stack_words()
+    steps = stack_words()
+    addrs = stack_words()
+    for i in range(nops):
+        steps[i] = meta[RMETA.STRIDES + i * MAX_DIMS + nd - 1]
+        addrs[i] = ptrs[i]
+    for r in range({nres}):  # this task's partial rows
+        addrs[nin + r] += t * meta[RMETA.PARTIAL + r]
+{buffers}
+    staged = np.empty(STAGE // 8 + 1, np.int64)
+    st = np.int64(staged.ctypes.data)  # (a uint64 would make the sums below float)
+    for d in range(nd):
+        idx[d] = lo if d == split else 0
+    inner_lo, inner_hi = 0, meta[RMETA.SHAPE + nd - 1]
+    if split == nd - 1:
+        inner_lo, inner_hi = lo, hi
+    while True:
         for i in range(nops):
-            steps[i] = meta[RMETA.STRIDES + i * MAX_DIMS + nd - 1]
-            addrs[i] = ptrs[i]
-        for r in range(nres):  # this task's partial rows
-            addrs[nin + r] += t * meta[RMETA.PARTIAL + r]
-        b0 = np.empty(BLOCK, T)
-        b1 = np.empty(BLOCK, T)
-        staged = np.empty(3 * BLOCK, np.int64)  # room for three inputs' values
-        st0 = np.int64(staged.ctypes.data)  # (a uint64 would make the sums below float)
-        st1, st2 = st0 + BLOCK * 8, st0 + 2 * BLOCK * 8
-        lev0 = np.zeros(64, A)
-        lev1 = np.zeros(64, A)
-        mode0 = meta[RMETA.MODE]
-        mode1 = meta[RMETA.MODE + 1] if nres > 1 else STORE
-        for d in range(nd):
-            idx[d] = lo if d == split else 0
-        inner_lo, inner_hi = 0, meta[RMETA.SHAPE + nd - 1]
-        if split == nd - 1:
-            inner_lo, inner_hi = lo, hi
-        if hi <= lo:
-            return 0
-        while True:
+            o = 0
+            for d in range(nd - 1):
+                o += idx[d] * meta[RMETA.STRIDES + i * MAX_DIMS + d]
+            offs[i] = o + inner_lo * steps[i]
+{zero}
+        k0 = inner_lo
+        while k0 < inner_hi:
+            m = min(BLOCK, inner_hi - k0)
+{sinks}
             for i in range(nops):
-                o = 0
-                for d in range(nd - 1):
-                    o += idx[d] * meta[RMETA.STRIDES + i * MAX_DIMS + d]
-                offs[i] = o + inner_lo * steps[i]
-            n0 = n1 = 0
-            k0 = inner_lo
-            while k0 < inner_hi:
-                m = min(BLOCK, inner_hi - k0)
-                if DIRECT and steps[0] == 1:  # sum_to of a unit-stride row: read in place
-                    if WIDE:  # the whole row at once (see WIDE)
-                        m = inner_hi - k0
-                    row = as_pointer(addrs[0] + offs[0] * Z0, S0)
-                    n0 = sink0(spec, mode0, row, m, addrs[nin], offs[nin], steps[nin], lev0,
-                               n0)
-                else:
-                    map_block(spec, addrs, offs, steps, m, b0, b1, st0, st1, st2)
-                    n0 = sink0(spec, mode0, b0, m, addrs[nin], offs[nin], steps[nin], lev0,
-                               n0)
-                if nres > 1:
-                    n1 = sink1(spec, mode1, b1, m, addrs[nin + 1], offs[nin + 1],
-                               steps[nin + 1], lev1, n1)
-                for i in range(nops):
-                    offs[i] += m * steps[i]
-                k0 += m
-            if mode0 == ROW_SUM:
-                a = as_pointer(addrs[nin], A)
-                a[offs[nin]] += _row_total(lev0, n0, A(0))
-            if nres > 1 and mode1 == ROW_SUM:
-                a = as_pointer(addrs[nin + 1], A)
-                a[offs[nin + 1]] += _row_total(lev1, n1, A(0))
-            # the odometer over the outer axes (the split one within [lo, hi))
-            d = nd - 2
-            while d >= 0:
-                idx[d] += 1
-                end = hi if d == split else meta[RMETA.SHAPE + d]
-                if idx[d] < end:
-                    break
-                idx[d] = lo if d == split else 0
-                d -= 1
-            if d < 0:
-                return 0
-
-    return impl
+                offs[i] += m * steps[i]
+            k0 += m
+{ends}
+        d = nd - 2  # the odometer over the outer axes (the split one within [lo, hi))
+        while d >= 0:
+            idx[d] += 1
+            end = hi if d == split else meta[RMETA.SHAPE + d]
+            if idx[d] < end:
+                break
+            idx[d] = lo if d == split else 0
+            d -= 1
+        if d < 0:
+            return 0
+"""
+    exec(compile(source, f"<jitops reduction task of {nres} results>", "exec"), ns)
+    return ns["impl"]
 
 
 @inner
@@ -401,7 +618,9 @@ def _rtask(spec, pptrs, pmeta, t):
     return reduce_rows(spec, pptrs, pmeta, t)
 
 
+# functions found again by name are cached on disk; lambdas and closures compile per process
 _rtask_cached = wrapper(renamed(_rtask, "_rtask"))
+_rtask_local = wrapper(renamed(_rtask, "_rtask_local"))
 
 _call_rtask = pool.call_nary
 
@@ -429,4 +648,5 @@ _TASKS: dict = {}
 
 def task_address(spec: ReduceSpec) -> int:
     """Address of the task compiled for ``spec``."""
-    return compiled_address(_rtask_cached, spec, _TASKS, 3)
+    return compiled_address(_rtask_cached if spec.cacheable else _rtask_local, spec, _TASKS,
+                            3, builtin=False)

@@ -1,0 +1,61 @@
+"""``jitops.divmod``: NumPy's ``divmod`` -- the floored quotient and the remainder of one
+pass, a user op of two results built from the family's own rules (jitops.scalar)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import scalar as _scalar
+from .fusion import ElementwiseOp
+from .signatures import Broadcast, Device
+
+
+def _divmod(a, b):
+    return _scalar.floor_divide(a, b), _scalar.remainder(a, b)
+
+
+_OP = ElementwiseOp(_divmod, name="divmod")
+
+
+def divmod(x: Any, y: Any, /, broadcast: Broadcast = "numpy", axis: int = -1, out: Any = None,
+           device: Device = None) -> tuple[Any, Any]:
+    return _OP(x, y, broadcast=broadcast, axis=axis, out=out, device=device)
+
+
+divmod.__doc__ = """``(x // y, x % y)`` in one pass, NumPy's ``divmod``: each result the entry
+``jitops.floor_divide`` and ``jitops.remainder`` run (floored quotient, the remainder with
+the divisor's sign; NumPy's zero signs and NaNs; an integer zero divisor gives 0 and 0 with
+NumPy's divide-by-zero warning, named divmod).
+
+Parameters
+----------
+x, y : array_like
+    Host arrays (NumPy; PyTorch and Paddle CPU tensors) or Python numbers (weak, NumPy 2's
+    promotion); not complex.
+broadcast : {"numpy", "pdpd", "none"}, default "numpy"
+    ``pdpd``: Paddle's ``axis`` rule.
+axis : int, default -1
+    The pdpd start axis.
+out : tuple of two arrays, optional
+    Where to write each result (an entry may be None); exactly its shape and dtype.
+device : {None, "cpu"}
+    Host arrays only in this release. There is no ``act``.
+
+Returns
+-------
+(quotient, remainder)
+    Arrays of the operands' promoted dtype (NumPy scalars for 0-d operands).
+
+Raises
+------
+ValueError
+    Shapes that do not broadcast, a bad ``broadcast``/``axis``, ``out`` of the wrong shape.
+TypeError
+    Complex or non-numeric operands, ``out`` of the wrong dtype, a CUDA or Dask operand.
+
+Examples
+--------
+>>> import numpy as np, jitops
+>>> jitops.divmod(np.array([7, -7, 7, -7]), np.array([2, 2, -2, -2]))
+(array([ 3, -4, -4,  3]), array([ 1,  1, -1, -1]))
+"""

@@ -1,0 +1,216 @@
+"""User ops with several results, and results reduced in the same pass (jitops.reduce,
+``@jitops.elementwise(reduce=...)``), and jitops.divmod: against NumPy's own answers."""
+
+from __future__ import annotations
+
+import math
+import pickle
+import warnings
+
+import numpy as np
+import pytest
+
+import jitops
+
+HOWS = ["sum", "prod", "max", "min", "any", "all", "mean"]
+
+
+def ident(v):
+    return v
+
+
+def times(a, b):
+    return a * b
+
+
+def sq_diff(a, b):
+    d = a - b
+    return d * d
+
+
+def quot_rem(a, b):
+    return a // b, a % b
+
+
+def _data(dtype, shape, seed=0):
+    rng = np.random.default_rng(seed)
+    if dtype == "bool":
+        return rng.random(shape) < 0.7
+    v = rng.standard_normal(shape) * 3
+    if np.dtype(dtype).kind in "iu":
+        v = np.abs(v) + 1 if np.dtype(dtype).kind == "u" else v
+        return v.astype(dtype)
+    if np.dtype(dtype).kind == "c":
+        return (v + 1j * rng.standard_normal(shape)).astype(dtype)
+    return v.astype(dtype)
+
+
+def _check(got, want, dtype_of_values):
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.dtype == want.dtype, (got.dtype, want.dtype)
+    assert got.shape == want.shape
+    if want.dtype.kind in "biu":
+        np.testing.assert_array_equal(got, want)
+    else:  # ours sums in float64 and rounds once: within NumPy's own rounding error
+        rtol = {"float16": 2e-3, "float32": 2e-5, "complex64": 2e-5}.get(
+            np.dtype(dtype_of_values).name, 1e-12)
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=rtol)
+
+
+# (complex max/min are refused: test_bad_reductions_are_refused)
+@pytest.mark.parametrize("how,dtype", [
+    (h, d) for h in HOWS for d in ["bool", "int8", "int32", "uint16", "int64", "float16",
+                                   "float32", "float64", "complex64"]
+    if not (d == "complex64" and h in ("max", "min"))])
+@pytest.mark.parametrize("axis", [None, 0, 1, -1, (0, 2), (0, 1, 2)])
+def test_reductions_give_numpys_dtypes_and_values(how, dtype, axis):
+    x = _data(dtype, (3, 4, 5))
+    if how == "prod" and dtype not in ("bool", "int8", "int32", "uint16", "int64"):
+        x = (x / 3 + 1).astype(dtype) if dtype != "bool" else x  # products in range
+    got = jitops.reduce(ident, how, axis=axis)(x)
+    with np.errstate(all="ignore"):
+        want = getattr(np, how)(x, axis=axis)
+    _check(got, want, dtype)
+    got_k = jitops.reduce(ident, how, axis=axis, keepdims=True)(x)
+    assert np.asarray(got_k).shape == np.asarray(getattr(np, how)(x, axis=axis,
+                                                                    keepdims=True)).shape
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_a_two_input_map_reduced_with_broadcasting(how):
+    a = _data("float64", (6, 1, 5), 1)
+    b = _data("float64", (7, 1), 2)
+    got = jitops.reduce(times, how, axis=(0, 2))(a, b)
+    want = getattr(np, how)(a * b, axis=(0, 2))
+    _check(got, want, "float64")
+    # Paddle's axis rule: b laid onto a at axis 1
+    a2, b2 = _data("float32", (4, 6, 5), 3), _data("float32", (6,), 4)
+    got = jitops.reduce(times, how, axis=1)(a2, b2, broadcast="pdpd", axis=1)
+    want = getattr(np, how)(a2 * b2[:, None], axis=1)
+    _check(got, want, "float32")
+
+
+def test_nan_rules_are_numpys():
+    x = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, 6.0]])
+    for how in ("max", "min", "sum", "prod", "mean"):
+        np.testing.assert_array_equal(jitops.reduce(ident, how, axis=1)(x),
+                                      getattr(np, how)(x, axis=1))
+        assert np.isnan(jitops.reduce(ident, how)(x))
+    assert jitops.reduce(ident, "any")(np.array([0.0, np.nan]))
+    assert not jitops.reduce(ident, "all")(np.array([0.0, np.nan]))
+
+
+def test_empty_reductions():
+    e = np.zeros((0, 3))
+    np.testing.assert_array_equal(jitops.reduce(ident, "sum", axis=0)(e), np.zeros(3))
+    np.testing.assert_array_equal(jitops.reduce(ident, "prod", axis=0)(e), np.ones(3))
+    assert jitops.reduce(ident, "all")(e) and not jitops.reduce(ident, "any")(e)
+    with pytest.raises(ValueError, match="zero-size array to reduction operation maximum"):
+        jitops.reduce(ident, "max")(e)
+    assert jitops.reduce(ident, "sum", axis=1)(e).shape == (0,)
+
+
+def test_full_reductions_are_numpy_scalars_and_fused_sum_is_accurate():
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(100_003).astype(np.float32)
+    b = rng.standard_normal(100_003).astype(np.float32)
+    got = jitops.reduce(sq_diff)(a, b)
+    assert type(got) is np.float32
+    exact = math.fsum(((a.astype(np.float64) - b) ** 2).tolist())
+    # the op subtracts and squares in float32, as NumPy; only the sum is wide
+    ref = np.float32(math.fsum(((a - b) * (a - b)).astype(np.float64).tolist()))
+    assert abs(float(got) - float(ref)) <= 2 * float(np.spacing(ref))
+    assert abs(float(got) - exact) <= 1e-5 * exact
+
+
+def test_sums_do_not_depend_on_the_thread_count():
+    x = np.random.default_rng(6).standard_normal((50, 40_000))
+    op = jitops.reduce(sq_diff, "sum", axis=None)
+    op_rows = jitops.reduce(sq_diff, ("sum",), axis=1)
+    results = []
+    for n in (1, 2, 3):
+        with jitops.threads(n):
+            results.append((op(x, 0.5), op_rows(x, 0.5)))
+    for r in results[1:]:
+        assert r[0] == results[0][0] and r[1].tobytes() == results[0][1].tobytes()
+
+
+def test_bad_reductions_are_refused():
+    with pytest.raises(ValueError, match="unknown reduction 'median'"):
+        jitops.reduce(ident, "median")
+    with pytest.raises(TypeError, match="axis= and keepdims= apply only with reduce="):
+        jitops.elementwise(ident, axis=0)
+    with pytest.raises(np.exceptions.AxisError):
+        jitops.reduce(ident, "sum", axis=3)(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="duplicate"):
+        jitops.reduce(ident, "sum", axis=(0, -2))(np.ones((2, 2)))
+    with pytest.raises(ValueError, match="2 entries for a function of 1 results"):
+        jitops.reduce(ident, ("sum", None))(np.ones(3))
+    with pytest.raises(TypeError, match="complex"):
+        jitops.reduce(ident, "max")(np.ones(3, np.complex128))
+
+
+def test_several_results_each_with_its_dtype_and_out():
+    a = np.arange(-6, 7, dtype=np.int16)
+    q, r = jitops.elementwise(quot_rem)(a, np.int16(4))
+    wq, wr = np.divmod(a, np.int16(4))
+    np.testing.assert_array_equal(q, wq)
+    np.testing.assert_array_equal(r, wr)
+    assert q.dtype == r.dtype == np.int16
+    both = jitops.elementwise(lambda x: (x * 2, x > 0))(np.arange(-2.0, 3.0))
+    assert both[0].dtype == np.float64 and both[1].dtype == np.bool_
+    oq = np.empty_like(a)
+    got = jitops.elementwise(quot_rem)(a, np.int16(4), out=(oq, None))
+    assert got[0] is oq and np.array_equal(oq, wq) and np.array_equal(got[1], wr)
+    with pytest.raises(TypeError, match=r"out\[0\] has dtype float32"):
+        jitops.elementwise(quot_rem)(a, np.int16(4), out=(np.empty(13, np.float32), None))
+    with pytest.raises(ValueError, match="out= has 1 entries for 2 results"):
+        jitops.elementwise(quot_rem)(a, np.int16(4), out=(oq,))
+    mixed = jitops.elementwise(quot_rem, reduce=(None, "sum"))(a, 4)
+    np.testing.assert_array_equal(mixed[0], wq)
+    assert mixed[1] == wr.sum() and mixed[1].dtype == np.int64
+
+
+DIVMOD_DTYPES = ["bool", "int8", "uint8", "int16", "int32", "int64", "uint64", "float16",
+                 "float32", "float64"]
+
+
+@pytest.mark.parametrize("dtype", DIVMOD_DTYPES)
+def test_divmod_is_numpys_with_its_warnings(dtype):
+    x = np.array([7, -7, 0, 5, 3, -128, 100, 6, -0.0, 1e30], np.float64)
+    y = np.array([2, 2, -2, 0, 0, -1, 3, -3, 5, 7], np.float64)
+    if dtype == "bool":
+        x, y = x != 0, y != 0
+    else:
+        with np.errstate(all="ignore"):
+            x, y = x.astype(dtype), y.astype(dtype)
+    with warnings.catch_warnings(record=True) as want_w:
+        warnings.simplefilter("always")
+        want = np.divmod(x, y)
+    with warnings.catch_warnings(record=True) as got_w:
+        warnings.simplefilter("always")
+        got = jitops.divmod(x, y)
+    for g, w in zip(got, want):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+        assert (np.signbit(g) == np.signbit(w)).all() if w.dtype.kind == "f" else True
+    assert sorted(str(m.message) for m in got_w) == sorted(str(m.message) for m in want_w)
+
+
+def test_divmod_scalars_broadcast_and_refusals():
+    q, r = jitops.divmod(np.arange(6).reshape(2, 3), 4)
+    np.testing.assert_array_equal(q, np.arange(6).reshape(2, 3) // 4)
+    assert jitops.divmod(7, 2) == (3, 1)
+    q, r = jitops.divmod(np.ones((2, 3, 4)), np.full(3, 2.0), broadcast="pdpd", axis=1)
+    assert q.shape == (2, 3, 4)
+    with pytest.raises(TypeError):
+        jitops.divmod(np.ones(2, np.complex64), 1.0)
+
+
+def test_framework_tensors_and_pickling():
+    torch = pytest.importorskip("torch")
+    s = jitops.reduce(times, "sum", axis=0)(torch.ones((3, 2)), torch.full((2,), 2.0))
+    assert isinstance(s, torch.Tensor) and s.tolist() == [6.0, 6.0]
+    op = pickle.loads(pickle.dumps(jitops.reduce(sq_diff, "mean", axis=1)))
+    np.testing.assert_allclose(op(np.ones((2, 3)), 0.0), [1.0, 1.0])
+    assert op.reduce == "mean" and op.axes == 1
