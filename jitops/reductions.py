@@ -18,6 +18,7 @@ from numba import types as _types
 
 from .core import grads, tensors
 from .core.dtypes import is_bfloat16
+from .dask.backend import is_dask_array
 from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import plan_reduction, sum_to_frame
 from .cpu import layout, nary, parallel
@@ -217,6 +218,15 @@ _SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
 _frame_of = lru_cache(maxsize=1024)(sum_to_frame)
 
 
+@lru_cache(maxsize=256)
+def _sum_op(axes: tuple[int, ...]):
+    """The user op summing its one operand over ``axes`` (keeping them): sum_to on Dask."""
+    from .fusion import ElementwiseOp
+
+    return ElementwiseOp(grads.identity, name="sum_to", reduce="sum", axis=axes,
+                         keepdims=True)
+
+
 def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -> Any:
     """Sum ``g`` over the axes a broadcast to its shape added: back to ``shape``.
 
@@ -263,7 +273,9 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     wrap = None
     if host is not None:
         (g,), wrap = host.operands, host.wrap
-    g = _host(g, "g", fname)
+    lazy = is_dask_array(g)
+    if not lazy:
+        g = _host(g, "g", fname)
     mode = normalize_mode(broadcast)
     try:
         shape = tuple(int(n) for n in shape)
@@ -273,7 +285,11 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     if g.dtype.kind not in "iufc" and not is_bfloat16(g.dtype):
         raise TypeError(f"jitops.sum_to: g has dtype {g.dtype}; sum_to sums numbers "
                         f"(bool and non-numeric arrays are refused)")
-    frame = _frame_of(g.shape, shape, mode, axis)
+    frame = _frame_of(tuple(g.shape), shape, mode, axis)
+    if lazy:  # per-chunk float64 partials, Dask's tree sum, rounded once
+        axes = tuple(d for d, (n, f) in enumerate(zip(g.shape, frame)) if f == 1 and n != 1)
+        op = _sum_op(axes)
+        return op(g).astype(g.dtype).reshape(shape)
     (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], ["sum"], [g.dtype], 0,
                       fname, direct=True)
     res = res.reshape(shape)
@@ -443,20 +459,89 @@ def normalize_hows(reduce, nres: int, fname: str) -> tuple:
 
 
 def _host_operand(v, fname: str):
-    if hasattr(v, "__cuda_array_interface__") or type(v).__module__.startswith("dask"):
+    if hasattr(v, "__cuda_array_interface__"):
         raise TypeError(f"jitops.{fname}: a function of several results, or with reduce=, "
-                        f"runs on host arrays (NumPy, PyTorch/Paddle CPU tensors) in this "
-                        f"release; got a {type(v).__name__}")
+                        f"runs on host arrays (NumPy, PyTorch/Paddle CPU tensors, Dask) in "
+                        f"this release; got a {type(v).__name__}")
     if isinstance(v, (bool, int, float, complex)):
         return v  # weak, NumPy 2's rules
+    if is_dask_array(v):
+        return v
     return np.asarray(v)
+
+
+class _Settled:
+    """A call of several results settled on the full shapes (before anything runs): the
+    compute dtype, the broadcast space and each input's frame, and per result its frame,
+    the kernel's *how* and dtype (None: the accumulator comes back), the final dtype and
+    shape; the reduced axes and how many elements each reduced element sums."""
+
+    __slots__ = ("common", "compute", "space", "frames_in", "hows", "frames", "kernel_hows",
+                 "kernel_dtypes", "final", "shapes", "axes", "count")
+
+    def __init__(self, op, vals, shapes, mode: str, axis: int, fname: str):
+        from .core.dtypes import check_dtype, user_result
+
+        kinds = []
+        for v in vals:
+            if not isinstance(v, (bool, int, float, complex)):
+                check_dtype(np.dtype(v.dtype), "an operand", fname)
+                kinds.append(np.dtype(v.dtype))
+            else:
+                kinds.append(v)
+        self.common = common = np.dtype(np.float32) if any(
+            is_bfloat16(k) for k in kinds if isinstance(k, np.dtype)) else np.result_type(*kinds)
+        check_dtype(common, "the operands' common dtype", fname)
+        self.compute = _reduce.compute_dtype(common)
+        returned = op.returns(self.compute, fname)
+        self.hows = hows = normalize_hows(op.reduce, len(returned), fname)
+        self.space, self.frames_in = space, _ = align_all(shapes, mode, axis)
+        self.axes = axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()
+        size = int(np.prod(space, dtype=np.int64))
+        self.count = int(np.prod([space[d] for d in axes], dtype=np.int64))
+        self.frames, self.kernel_hows, self.kernel_dtypes = [], [], []
+        self.final, self.shapes = [], []
+        for how, ret in zip(hows, returned):
+            stored = op.dtype if op.dtype is not None else user_result(common, ret)
+            if how is None:
+                self.frames.append(tuple(space))
+                self.kernel_hows.append("store")
+                self.kernel_dtypes.append(stored)
+                self.final.append(stored)
+                self.shapes.append(tuple(space))
+                continue
+            if how in ("max", "min") and ret.kind == "c":
+                raise TypeError(f"jitops.{fname}: {how} of complex results is not supported")
+            if how in ("max", "min") and self.count == 0 and size == 0:
+                raise ValueError(f"jitops.{fname}: zero-size array to reduction operation "
+                                 f"{'maximum' if how == 'max' else 'minimum'} which has no "
+                                 f"identity")
+            # the values as the stored result would hold them (float16 too)
+            self.frames.append(tuple(1 if d in axes else n for d, n in enumerate(space)))
+            self.kernel_hows.append("sum" if how == "mean" else how)
+            self.kernel_dtypes.append(None)  # the accumulator comes back; finished below
+            self.final.append(reduce_dtype(how, stored))
+            self.shapes.append(self.frames[-1] if op.keepdims else
+                               tuple(n for d, n in enumerate(space) if d not in axes))
+
+    def finish(self, results) -> list:
+        """The kernel's results (accumulators for the reduced ones) as the final arrays."""
+        done = []
+        for how, r, dt, shape in zip(self.hows, results, self.final, self.shapes):
+            if how == "mean":
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    r = r / self.count if r.dtype.kind == "c" else r / np.float64(self.count)
+            if how in ("any", "all"):
+                r = r != 0
+            done.append(_cast(r, dt).reshape(shape))
+        return done
 
 
 def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     """A user op (jitops.fusion.ElementwiseOp) whose function returns several values, or
     whose results are reduced (``op.reduce``, over ``op.axes``): one pass over the
-    operands, each result stored or reduced (jitops.cpu.reduce)."""
-    from .core.dtypes import check_dtype, user_result
+    operands, each result stored or reduced (jitops.cpu.reduce); Dask operands chunk by
+    chunk (:func:`_several_lazy`)."""
     from .core.errstate import report
     from .core.plan import check_axis_type
 
@@ -471,59 +556,23 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     vals = [_host_operand(v, fname) for v in operands]
     mode = normalize_mode(broadcast)
     axis = check_axis_type(axis)
-    arrays = [v for v in vals if isinstance(v, np.ndarray)]
-    for a in arrays:
-        check_dtype(a.dtype, "an operand", fname)
-    common = np.dtype(np.float32) if any(is_bfloat16(a.dtype) for a in arrays) \
-        else np.result_type(*vals)
-    check_dtype(common, "the operands' common dtype", fname)
-    compute = _reduce.compute_dtype(common)
-    inputs = [v if isinstance(v, np.ndarray) else np.asarray(v, common) for v in vals]
-    returned = op.returns(compute, fname)
-    nres = len(returned)
-    hows = normalize_hows(op.reduce, nres, fname)
-    space, frames_in = align_all([a.shape for a in inputs], mode, axis)
-    axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()
-    size = int(np.prod(space, dtype=np.int64))
-    count = int(np.prod([space[d] for d in axes], dtype=np.int64))
-    frames, kernel_hows, kernel_dtypes, final, shapes = [], [], [], [], []
-    for how, ret in zip(hows, returned):
-        stored = op.dtype if op.dtype is not None else user_result(common, ret)
-        if how is None:
-            frames.append(tuple(space))
-            kernel_hows.append("store")
-            kernel_dtypes.append(stored)
-            final.append(stored)
-            shapes.append(tuple(space))
-            continue
-        if how in ("max", "min") and ret.kind == "c":
-            raise TypeError(f"jitops.{fname}: {how} of complex results is not supported")
-        if how in ("max", "min") and count == 0 and size == 0:
-            raise ValueError(f"jitops.{fname}: zero-size array to reduction operation "
-                             f"{'maximum' if how == 'max' else 'minimum'} which has no "
-                             f"identity")
-        value = stored  # the values as the stored result would hold them (float16 too)
-        frames.append(tuple(1 if d in axes else n for d, n in enumerate(space)))
-        kernel_hows.append("sum" if how == "mean" else how)
-        kernel_dtypes.append(None)  # the accumulator comes back; finished below
-        final.append(reduce_dtype(how, value))
-        shapes.append(frames[-1] if op.keepdims else
-                      tuple(n for d, n in enumerate(space) if d not in axes))
-    outs = _check_outs(out, shapes, final, nres, fname)
+    shapes = [() if isinstance(v, (bool, int, float, complex)) else tuple(v.shape)
+              for v in vals]
+    if any(is_dask_array(v) for v in vals):
+        if out is not None:
+            raise TypeError(f"jitops.{fname}: out= is not supported with Dask inputs (the "
+                            f"results are new lazy Dask arrays)")
+        return _several_lazy(op, vals, shapes, mode, axis, fname)
+    st = _Settled(op, vals, shapes, mode, axis, fname)
+    inputs = [v if isinstance(v, np.ndarray) else np.asarray(v, st.common) for v in vals]
+    outs = _check_outs(out, st.shapes, st.final, len(st.hows), fname)
     lead = max(range(len(inputs)), key=lambda i: inputs[i].size)
-    key = (op.key, op.cacheable)
-    results, status = run_pass_status(op.py_func, inputs, frames_in, space, frames,
-                                      kernel_hows, kernel_dtypes, lead, fname, compute, key)
+    results, status = run_pass_status(op.py_func, inputs, st.frames_in, st.space, st.frames,
+                                      st.kernel_hows, st.kernel_dtypes, lead, fname,
+                                      st.compute, (op.key, op.cacheable))
     if status >= FP_RAISED:
         report(status, fname)
-    done = []
-    for how, r, dt, shape in zip(hows, results, final, shapes):
-        if how == "mean":
-            with np.errstate(invalid="ignore", divide="ignore"):
-                r = r / count if r.dtype.kind == "c" else r / np.float64(count)
-        if how in ("any", "all"):
-            r = r != 0
-        done.append(_cast(r, dt).reshape(shape))
+    done = st.finish(results)
     if outs is not None:
         for o, r in zip(outs, done):
             if o is not None:
@@ -533,7 +582,81 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
         done = [r[()] if r.ndim == 0 else r for r in done]
     if wrap is not None and outs is None:
         done = [wrap(r) for r in done]
-    return tuple(done) if nres > 1 else done[0]
+    return tuple(done) if len(done) > 1 else done[0]
+
+
+def _chunk_of(op, fname: str, hows: tuple, kernel_dtypes: tuple, axes: tuple, compute):
+    """The function a Dask graph runs on one set of blocks (frames of equal rank, NumPy's
+    broadcasting): the results of those blocks, a reduced one as its accumulator's partial
+    (1 on the reduced axes)."""
+    def chunk(*blocks):
+        from .core.errstate import report
+
+        space, frames_in = align_all([b.shape for b in blocks], "numpy", -1)
+        frames = [tuple(space) if h == "store" else
+                  tuple(1 if d in axes else n for d, n in enumerate(space)) for h in hows]
+        lead = max(range(len(blocks)), key=lambda i: blocks[i].size)
+        results, status = run_pass_status(op.py_func, list(blocks), frames_in, space, frames,
+                                          list(hows), list(kernel_dtypes), lead, fname,
+                                          compute, (op.key, op.cacheable))
+        if status >= FP_RAISED:
+            report(status, fname)
+        return tuple(results)
+    return chunk
+
+
+def _several_lazy(op, vals, shapes, mode: str, axis: int, fname: str):
+    """Dask operands: one graph whose blocks run the pass (a tuple of each block's results),
+    each stored result a getitem of it, each reduced one its per-block partials combined by
+    Dask's own tree reduction (a sum of float64 partials, a max of maxima ...), then
+    finished as on the CPU."""
+    import operator
+
+    import dask.array as da
+
+    st = _Settled(op, vals, shapes, mode, axis, fname)
+    framed = []
+    for v, s, f in zip(vals, shapes, st.frames_in):
+        if isinstance(v, (bool, int, float, complex)):
+            v = np.asarray(v, st.common)
+        framed.append(v if tuple(s) == tuple(f) else v.reshape(f))
+    arrays = da.broadcast_arrays(*[da.asarray(v) for v in framed])
+    nd = len(st.space)
+    chunk = _chunk_of(op, fname, tuple(st.kernel_hows), tuple(st.kernel_dtypes), st.axes,
+                      st.compute)
+    blocks = da.map_blocks(chunk, *arrays, dtype=object,
+                           meta=np.empty((0,) * nd, dtype=object),
+                           name=f"jitops-{fname}-pass")
+    done = []
+    for r, how in enumerate(st.hows):
+        if how is None:
+            done.append(blocks.map_blocks(operator.getitem, r, dtype=st.final[r],
+                                          meta=np.empty((0,) * nd, st.final[r])))
+            continue
+        acc = _reduce.accumulator(st.kernel_hows[r], np.dtype(st.final[r]) if how != "mean"
+                                  else np.dtype(np.float64))
+        chunks = tuple((1,) * len(c) if d in st.axes else c
+                       for d, c in enumerate(blocks.chunks))
+        part = blocks.map_blocks(operator.getitem, r, dtype=acc, chunks=chunks,
+                                 meta=np.empty((0,) * nd, acc))
+        kh = st.kernel_hows[r]
+        if kh == "sum":
+            total = part.sum(axis=st.axes, keepdims=True, dtype=part.dtype)
+        elif kh == "prod":
+            total = part.prod(axis=st.axes, keepdims=True, dtype=part.dtype)
+        elif kh == "max":
+            total = part.max(axis=st.axes, keepdims=True)
+        elif kh == "min":
+            total = part.min(axis=st.axes, keepdims=True)
+        elif kh == "any":
+            total = (part != 0).any(axis=st.axes, keepdims=True)
+        else:
+            total = (part != 0).all(axis=st.axes, keepdims=True)
+        if how == "mean":
+            total = total / np.float64(st.count) if total.dtype.kind != "c" else \
+                total / st.count
+        done.append(total.astype(st.final[r]).reshape(st.shapes[r]))
+    return tuple(done) if len(done) > 1 else done[0]
 
 
 def _check_outs(out, shapes, dtypes, nres: int, fname: str):

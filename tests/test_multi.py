@@ -214,3 +214,41 @@ def test_framework_tensors_and_pickling():
     op = pickle.loads(pickle.dumps(jitops.reduce(sq_diff, "mean", axis=1)))
     np.testing.assert_allclose(op(np.ones((2, 3)), 0.0), [1.0, 1.0])
     assert op.reduce == "mean" and op.axes == 1
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_dask_reduces_per_chunk_then_by_its_tree(how):
+    """Dask operands: each block's partial (float64 sums) by jitops, combined by Dask's own
+    tree reduction in one graph; the same answers as the NumPy call."""
+    da = pytest.importorskip("dask.array")
+    x = _data("float32", (50, 33), 8)
+    y = _data("float32", (33,), 9)
+    if how == "prod":  # products that stay finite
+        x, y = 1 + x / 100, 1 + y / 100
+    X = da.from_array(x, chunks=(16, 10))
+    for axis in (None, 0, (1,)):
+        op = jitops.reduce(times, how, axis=axis)
+        lazy = op(X, y)
+        assert isinstance(lazy, da.Array)
+        got = lazy.compute()
+        want = op(x, y)
+        assert got.dtype == np.asarray(want).dtype
+        np.testing.assert_allclose(got, want, rtol=3e-6, atol=1e-6)
+
+
+def test_dask_several_results_and_sum_to():
+    da = pytest.importorskip("dask.array")
+    a = da.from_array(np.arange(-20, 21, dtype=np.int32), chunks=9)
+    q, r = jitops.elementwise(quot_rem)(a, np.int32(3))
+    wq, wr = np.divmod(np.arange(-20, 21, dtype=np.int32), np.int32(3))
+    np.testing.assert_array_equal(q.compute(), wq)
+    np.testing.assert_array_equal(r.compute(), wr)
+    q2, total = jitops.elementwise(quot_rem, reduce=(None, "sum"))(a, 3)
+    assert total.compute() == wr.sum()
+    g = _data("float64", (8, 6, 10), 10)
+    G = da.from_array(g, chunks=(3, 4, 5))
+    s = jitops.sum_to(G, (6,), broadcast="pdpd", axis=1)
+    assert isinstance(s, da.Array) and s.dtype == g.dtype
+    np.testing.assert_allclose(s.compute(), g.sum(axis=(0, 2)), rtol=1e-12)
+    with pytest.raises(TypeError, match="out= is not supported with Dask"):
+        jitops.elementwise(quot_rem)(a, 3, out=(None, None))
