@@ -18,13 +18,13 @@ from numba import types as _types
 
 from .core import grads, tensors
 from .core.dtypes import is_bfloat16
-from .dask.backend import is_dask_array
 from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import plan_reduction, sum_to_frame
 from .cpu import layout, nary, parallel
 from .cpu import reduce as _reduce
 from .cpu.backend import _address, drivers, entry_point
 from .cpu.kernels import FP_RAISED, OK
+from .dask.backend import is_dask_array
 from .signatures import Broadcast
 
 _I64 = np.int64
