@@ -12,7 +12,7 @@ NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / "notebooks").glob("*.
 def test_the_notebooks_are_there():
     names = {p.name for p in NOTEBOOKS}
     assert {"01_tour.ipynb", "02_performance.ipynb", "03_cuda.ipynb", "04_dask.ipynb",
-            "05_fusion.ipynb", "06_frameworks.ipynb"} <= names
+            "05_fusion.ipynb", "06_frameworks.ipynb", "07_training.ipynb"} <= names
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
