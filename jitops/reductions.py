@@ -22,7 +22,7 @@ from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import plan_reduction, sum_to_frame
 from .cpu import layout, nary, parallel
 from .cpu import reduce as _reduce
-from .cpu.backend import _address, drivers, entry_point
+from .cpu.backend import drivers, entry_point
 from .cpu.kernels import FP_RAISED, OK
 from .dask.backend import is_dask_array
 from .signatures import Broadcast
@@ -37,6 +37,10 @@ def _host(v, name: str, fname: str) -> np.ndarray:
         raise TypeError(f"jitops.{fname}: {name} is a {type(v).__name__}; this function runs "
                         f"on host arrays (NumPy, and PyTorch/Paddle CPU tensors) only")
     return np.asarray(v)
+
+
+def _address(a: np.ndarray) -> int:
+    return a.__array_interface__["data"][0]
 
 
 def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
@@ -143,6 +147,13 @@ def _as_dtype(t) -> np.dtype:
     return as_dtype(t)
 
 
+@lru_cache(maxsize=64)
+def _key_of(fn) -> tuple[str, bool]:
+    """jitops.cpu.nary.function_key of one of jitops' own scalar functions (it reads and
+    hashes the source file: once)."""
+    return nary.function_key(fn)
+
+
 @lru_cache(maxsize=1024)
 def _launch_for(*key) -> _Launch:
     return _Launch(*key)
@@ -181,7 +192,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
             st = _element_strides(a)
         ins.append((a, st))
     threads = parallel.num_threads()
-    key, cacheable = key or nary.function_key(fn)
+    key, cacheable = key or _key_of(fn)
     try:
         launch = _launch_for(fn, key, cacheable, tuple(a.dtype for a, _ in ins),
                              tuple((a.shape, st) for a, st in ins), tuple(frames_in),
@@ -218,13 +229,21 @@ _SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
 _frame_of = lru_cache(maxsize=1024)(sum_to_frame)
 
 
-@lru_cache(maxsize=256)
-def _sum_op(axes: tuple[int, ...]):
-    """The user op summing its one operand over ``axes`` (keeping them): sum_to on Dask."""
-    from .fusion import ElementwiseOp
+class _SumOp:
+    """What the lazy (Dask) path asks of a user op, for sum_to: its one operand summed over
+    ``axes`` (kept), the identity as its function."""
 
-    return ElementwiseOp(grads.identity, name="sum_to", reduce="sum", axis=axes,
-                         keepdims=True)
+    __name__ = "sum_to"
+    py_func = staticmethod(grads.identity)
+    reduce, keepdims, dtype = "sum", True, None
+
+    def __init__(self, axes: tuple[int, ...]):
+        self.axes = axes
+        self.key, self.cacheable = _key_of(grads.identity)
+
+    @staticmethod
+    def returns(compute: np.dtype, fname: str) -> tuple[np.dtype, ...]:
+        return (compute,)
 
 
 def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -> Any:
@@ -288,8 +307,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     frame = _frame_of(tuple(g.shape), shape, mode, axis)
     if lazy:  # per-chunk float64 partials, Dask's tree sum, rounded once
         axes = tuple(d for d, (n, f) in enumerate(zip(g.shape, frame)) if f == 1 and n != 1)
-        op = _sum_op(axes)
-        return op(g).astype(g.dtype).reshape(shape)
+        summed = _several_lazy(_SumOp(axes), [g], [tuple(g.shape)], "numpy", -1, fname)
+        return summed.astype(g.dtype).reshape(shape)
     (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], ["sum"], [g.dtype], 0,
                       fname, direct=True)
     res = res.reshape(shape)

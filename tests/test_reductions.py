@@ -9,6 +9,7 @@ must be the same bits on every thread count.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 import pytest
@@ -17,7 +18,12 @@ import jitops
 from jitops.core import grads
 from jitops.core.plan import align_all
 
+_ENV = dict(os.environ)
 paddle = pytest.importorskip("paddle")
+# importing Paddle sets OMP_NUM_THREADS=1 in os.environ, which every later subprocess of
+# this test process would inherit (the fork and OpenMP tests count threads): put it back
+os.environ.clear()
+os.environ.update(_ENV)
 torch = pytest.importorskip("torch")
 
 OPS = grads.OPS

@@ -405,8 +405,8 @@ def _sum_to_channels():
 def _grad_channels(op: str):
     """``elementwise_<op>_grad`` of X(32,64,56,56) and a per-channel Y(64,) (pdpd axis 1):
     dx written, dy summed, in one pass; against Paddle's own backward (``paddle.grad``
-    through its legacy op, the graph kept), PyTorch's kernels doing the same two results,
-    and NumPy's."""
+    through ``paddle.add``/``paddle.multiply`` of Y as (64,1,1), the graph kept), PyTorch's
+    kernels doing the same two results, and NumPy's."""
     x, d = _rand(_CHANNELS, seed=7), _rand(_CHANNELS, seed=8)
     y = _rand(64, seed=9) + np.float32(0.5)
     grad = getattr(jitops, f"elementwise_{op}_grad")
@@ -426,8 +426,8 @@ def _grad_channels(op: str):
     paddle = _optional("paddle")
     if paddle is not None:
         px = paddle.to_tensor(x, stop_gradient=False)
-        py = paddle.to_tensor(y, stop_gradient=False)
-        out = getattr(paddle._legacy_C_ops, f"elementwise_{op}")(px, py, "axis", 1)
+        py = paddle.to_tensor(y4, stop_gradient=False)  # (its public ops broadcast as NumPy)
+        out = (paddle.add if op == "add" else paddle.multiply)(px, py)
         pd = paddle.to_tensor(d)
         c["paddle"] = lambda: paddle.grad([out], [px, py], [pd], retain_graph=True)
     return c, 2 * x.nbytes + (d.nbytes if op != "add" else 0)
