@@ -91,12 +91,12 @@ class _Launch:
     def __init__(self, fn, key, cacheable, in_dtypes, in_strides, frames_in, space, frames,
                  hows, dtypes, lead, threads, compute, direct):
         strides = [expand_strides(sh, st, f, space) for (sh, st), f in zip(in_strides, frames_in)]
-        plan = plan_reduction(space, strides, frames, lead=lead, threads=threads)
+        plan = plan_reduction(space, strides, frames, lead=lead, threads=threads,
+                              reduced=[h != "store" for h in hows])
         if len(plan.shape) > _reduce.MAX_DIMS:
             raise ValueError(f"at most {_reduce.MAX_DIMS} dims after merging, got "
                              f"{len(plan.shape)}")
         nary.register(key, fn)
-        hows = [h if rp.summed else "store" for h, rp in zip(hows, plan.results)]
         spec0 = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name,
                                    tuple(("float64", "store", "float64") for _ in dtypes),
                                    direct, cacheable)
@@ -309,7 +309,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
         axes = tuple(d for d, (n, f) in enumerate(zip(g.shape, frame)) if f == 1 and n != 1)
         summed = _several_lazy(_SumOp(axes), [g], [tuple(g.shape)], "numpy", -1, fname)
         return summed.astype(g.dtype).reshape(shape)
-    (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], ["sum"], [g.dtype], 0,
+    how = "store" if tuple(frame) == tuple(g.shape) else "sum"
+    (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], [how], [g.dtype], 0,
                       fname, direct=True)
     res = res.reshape(shape)
     return wrap(res) if wrap is not None else res
@@ -324,7 +325,9 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
     wrap = None
     if host is not None:
         (x, y, dout), wrap = host.operands, host.wrap
-    x, y, dout = (_host(v, n, fname) for v, n in ((x, "x"), (y, "y"), (dout, "dout")))
+    lazy = any(is_dask_array(v) for v in (x, y, dout))
+    x, y, dout = (v if is_dask_array(v) else _host(v, n, fname)
+                  for v, n in ((x, "x"), (y, "y"), (dout, "dout")))
     for v, n in ((x, "x"), (y, "y"), (dout, "dout")):
         if v.dtype.kind != "f" and not is_bfloat16(v.dtype):
             raise TypeError(f"jitops.{fname}: {n} has dtype {v.dtype}; gradients are "
@@ -335,12 +338,57 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
         raise ValueError(f"jitops.{fname}: dout has shape {dout.shape}, but x {x.shape} and "
                          f"y {y.shape} broadcast to {space} (broadcast={mode!r}"
                          + (f", axis={axis})" if mode == "pdpd" else ")"))
-    dx, dy = run_pass(grads.RULES[grads.rule_name(op, ties)], [x, y, dout], [fx, fy, space],
-                      space, [fx, fy], ["sum", "sum"], [x.dtype, y.dtype], 2, fname)
+    hows = ["store" if tuple(f) == tuple(space) else "sum" for f in (fx, fy)]
+    rule = grads.RULES[grads.rule_name(op, ties)]
+    if lazy:
+        return _grads_lazy(rule, (x, y, dout), (fx, fy, space), space, hows,
+                           (x.dtype, y.dtype), fname)
+    dx, dy = run_pass(rule, [x, y, dout], [fx, fy, space], space, [fx, fy], hows,
+                      [x.dtype, y.dtype], 2, fname)
     dx, dy = dx.reshape(x.shape), dy.reshape(y.shape)
     if wrap is not None:
         return wrap(dx), wrap(dy)
     return dx, dy
+
+
+def _grads_lazy(rule, arrays, frames_in, space, hows, dtypes, fname: str):
+    """The gradients of Dask operands: one graph whose blocks run the pass (each block's
+    stored gradient, and float64 partial sums of the other), the partials summed by Dask's
+    own tree reduction and rounded once; shaped as the operands."""
+    import operator
+
+    import dask.array as da
+
+    framed = [v if tuple(v.shape) == tuple(f) else v.reshape(f)
+              for v, f in zip(arrays, frames_in)]
+    blocks_in = da.broadcast_arrays(*[da.asarray(v) for v in framed])
+    frames = frames_in[:2]
+    axes = [tuple(d for d, (n, f) in enumerate(zip(space, fr)) if f == 1 and n != 1)
+            for fr in frames]
+    nd = len(space)
+
+    def chunk(*blocks):
+        bspace, bframes = align_all([b.shape for b in blocks], "numpy", -1)
+        out = [tuple(1 if d in ax else n for d, n in enumerate(bspace)) for ax in axes]
+        return tuple(run_pass(rule, list(blocks), bframes, bspace, out, hows,
+                              [dt if h == "store" else None for h, dt in zip(hows, dtypes)],
+                              2, fname))
+
+    tup = da.map_blocks(chunk, *blocks_in, dtype=object, meta=np.empty((0,) * nd, object),
+                        name=f"jitops-{fname}-pass")
+    done = []
+    for r, (how, ax, dt) in enumerate(zip(hows, axes, dtypes)):
+        shape = tuple(arrays[r].shape)
+        if how == "store":
+            done.append(tup.map_blocks(operator.getitem, r, dtype=dt,
+                                       meta=np.empty((0,) * nd, dt)).reshape(shape))
+            continue
+        chunks = tuple((1,) * len(c) if d in ax else c for d, c in enumerate(tup.chunks))
+        part = tup.map_blocks(operator.getitem, r, dtype=np.float64, chunks=chunks,
+                              meta=np.empty((0,) * nd, np.float64))
+        total = part.sum(axis=ax, keepdims=True, dtype=np.float64)
+        done.append(total.astype(dt).reshape(shape))
+    return tuple(done)
 
 
 _GRAD_DOC = """The gradients of ``elementwise_{op}`` ({math}) for x and y: ``(dx, dy)``.

@@ -106,15 +106,17 @@ def _c_strides(frame: Shape, space: Shape) -> Strides:
 
 
 def plan_reduction(space: Shape, inputs: list[Strides], frames: list[Shape],
-                   lead: int = 0, threads: int = 1) -> ReducePlan:
+                   lead: int = 0, threads: int = 1,
+                   reduced: list[bool] | None = None) -> ReducePlan:
     """Plan a pass over ``space`` (element strides of each input in it; each result's frame,
-    equal to ``space`` to be stored, 1 on the axes it sums), walked in input ``lead``'s memory
-    order. ``threads`` only sets how many tasks a split over a kept axis makes (the sums do
-    not depend on it)."""
+    1 on the axes it sums), walked in input ``lead``'s memory order. A result is reduced
+    where ``reduced`` says so (by default: where its frame is not the whole space; a
+    reduction over size-1 axes only is one too), else stored. ``threads`` only sets how many
+    tasks a split over a kept axis makes (the sums do not depend on it)."""
     space = tuple(space)
     nd = len(space)
     res_strides = [_c_strides(f, space) for f in frames]
-    summed = [tuple(f) != space for f in frames]
+    summed = list(reduced) if reduced is not None else [tuple(f) != space for f in frames]
     ops = [tuple(s) for s in inputs] + res_strides
     # order: the lead input's strides, largest first (stable: C order among equals)
     lead_strides = ops[lead]
