@@ -187,8 +187,8 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     ins = []
     for a in inputs:
         st = _element_strides(a)
-        if st is None:
-            a = np.ascontiguousarray(a)
+        if st is None:  # misaligned, or strides not whole elements: an aligned copy
+            a = np.array(a, order="C", copy=True)
             st = _element_strides(a)
         ins.append((a, st))
     threads = parallel.num_threads()
@@ -560,7 +560,14 @@ class _Settled:
             is_bfloat16(k) for k in kinds if isinstance(k, np.dtype)) else np.result_type(*kinds)
         check_dtype(common, "the operands' common dtype", fname)
         self.compute = _reduce.compute_dtype(common)
+        if len(vals) > _reduce.MAX_INPUTS:
+            raise TypeError(f"jitops.{fname}: a function of several results, or with "
+                            f"reduce=, takes at most {_reduce.MAX_INPUTS} inputs, got "
+                            f"{len(vals)}")
         returned = op.returns(self.compute, fname)
+        if len(returned) > _reduce.MAX_RESULTS:
+            raise TypeError(f"jitops.{fname}: the function returns {len(returned)} values; at "
+                            f"most {_reduce.MAX_RESULTS} results are supported")
         self.hows = hows = normalize_hows(op.reduce, len(returned), fname)
         self.space, self.frames_in = space, _ = align_all(shapes, mode, axis)
         self.axes = axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()

@@ -252,3 +252,29 @@ def test_dask_several_results_and_sum_to():
     np.testing.assert_allclose(s.compute(), g.sum(axis=(0, 2)), rtol=1e-12)
     with pytest.raises(TypeError, match="out= is not supported with Dask"):
         jitops.elementwise(quot_rem)(a, 3, out=(None, None))
+
+
+def test_any_layout_and_rank_and_the_limits():
+    rng = np.random.default_rng(13)
+    base = rng.standard_normal((7, 9, 11))
+    views = [base[::-1], base[:, ::2], base.transpose(2, 0, 1), np.asfortranarray(base),
+             base[..., 3:]]
+    for v in views:
+        for axis in (None, 0, (1, 2)):
+            np.testing.assert_allclose(jitops.reduce(sq_diff, "sum", axis=axis)(v, 0.25),
+                                       ((v - 0.25) ** 2).sum(axis=axis), rtol=1e-12)
+            np.testing.assert_array_equal(jitops.reduce(ident, "max", axis=axis)(v),
+                                          v.max(axis=axis))
+    raw = np.zeros(8 * 10 + 1, np.uint8)[1:].view(np.float64)  # misaligned float64
+    raw[:] = np.arange(10.0)
+    assert jitops.reduce(ident, "sum")(raw) == 45.0
+    high = rng.standard_normal((2,) * 10)
+    np.testing.assert_allclose(jitops.reduce(ident, "sum", axis=(1, 3, 5, 9))(high),
+                               high.sum(axis=(1, 3, 5, 9)), rtol=1e-12)
+    many = jitops.elementwise(lambda a, b, c, d, e, f, g, h, i: a, reduce="sum")
+    with pytest.raises(TypeError, match="at most 8 inputs"):
+        many(*([np.ones(3)] * 9))
+    five = jitops.elementwise(lambda a: (a, a, a, a, a))
+    with pytest.raises(TypeError, match="at most 4 results"):
+        five(np.ones(3))
+    assert jitops.reduce(ident, "sum")(np.float32(2.5)) == 2.5  # a 0-d operand

@@ -100,6 +100,16 @@ CONTROL = struct(
                "JOIN_SPIN JOIN_TIMEOUT | CALLER_FIRST ALTERNATE OMP_TNUM RANGE_CAP MAX_UNITS "
                "CLOCK | RANGES")
 
+#: Results, inputs and ranks of a reduction pass (jitops.cpu.reduce): a task keeps its
+#: odometer and offsets on its stack.
+MAX_RESULTS, MAX_INPUTS, R_DIMS = 4, 8, 32
+#: A reduction launch's meta: rank, split axis, task count, inputs, results; per result its
+#: mode and the bytes between tasks' partial rows (0: none); the shape; the operands'
+#: strides (inputs then results, ``R_DIMS`` words each); the tasks' bounds on the split.
+RMETA = struct("ReduceMeta", f"ND SPLIT NTASKS NIN NRES MODE:{MAX_RESULTS} "
+                             f"PARTIAL:{MAX_RESULTS} | SHAPE:{R_DIMS} "
+                             f"STRIDES:{R_DIMS * (MAX_INPUTS + MAX_RESULTS)} BOUNDS")
+
 #: The statuses a compiled entry returns as Python ints (0 .. N_STATUS - 1).
 N_STATUS = 64
 #: A compiled entry's block (jitops.cpu.fastcall): the task's and the meta's addresses; the

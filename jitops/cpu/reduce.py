@@ -50,17 +50,14 @@ from .kernels import (
     renamed,
     stack_words,
 )
-from .layout import struct
+from .layout import MAX_INPUTS, MAX_RESULTS, RMETA
+from .layout import R_DIMS as MAX_DIMS
 from .spec import as_pointer, cast_to, load_word, storage, to_bool_byte
 
 _I64 = types.int64
 
 #: Elements of a row a task maps (and reduces) at a time: the buffers stay in L1.
 BLOCK = 2048
-#: Results and inputs of one pass.
-MAX_RESULTS, MAX_INPUTS = 4, 8
-#: Ranks a reduction task walks (its odometer and offsets live on its stack).
-MAX_DIMS = 32
 #: Bytes an input's staged block may take (complex128).
 _STAGE_BYTES = 16 * BLOCK
 
@@ -68,14 +65,6 @@ _STAGE_BYTES = 16 * BLOCK
 STORE, ROW, COLUMN = 0, 1, 2
 #: The reductions a result may take (``store``: none).
 HOWS = ("store", "sum", "prod", "max", "min", "any", "all")
-
-#: A reduction launch's meta: rank, split axis, task count, inputs, results; per result its
-#: mode and the bytes between tasks' partial rows (0: none); the shape; the operands'
-#: strides (inputs then results, ``MAX_DIMS`` words each); the tasks' bounds on the split.
-RMETA = struct("ReduceMeta", f"ND SPLIT NTASKS NIN NRES MODE:{MAX_RESULTS} "
-                             f"PARTIAL:{MAX_RESULTS} | SHAPE:{MAX_DIMS} "
-                             f"STRIDES:{MAX_DIMS * (MAX_INPUTS + MAX_RESULTS)} BOUNDS")
-
 
 def compute_dtype(dtype: np.dtype) -> np.dtype:
     """What ``dtype`` values are computed in (float16 and bfloat16 in float32)."""
