@@ -50,7 +50,7 @@ from .kernels import (
     renamed,
     stack_words,
 )
-from .layout import MAX_INPUTS, MAX_RESULTS, RMETA
+from .layout import MAX_RESULTS, RMETA
 from .layout import R_DIMS as MAX_DIMS
 from .spec import as_pointer, cast_to, load_word, storage, to_bool_byte
 
