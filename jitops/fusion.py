@@ -190,18 +190,23 @@ class ElementwiseOp:
         if self.cacheable:
             returned = nary.cached_return(self.key, compute)
         if returned is None:
-            try:
-                ret = nary.return_type(self._compiled_fn, compute, self.nin)
-            except Exception as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
-                                f"compiled for {self.nin} input(s) of dtype {compute} "
-                                f"(promoted from the operands): {first}") from None
+            ret = self._numba_return(compute, fname)
             if isinstance(ret, types.BaseTuple):
                 raise _Several(len(ret))
             returned = self._as_dtype(ret, compute, fname)
         self._returned[compute] = returned
         return returned
+
+    def _numba_return(self, compute: np.dtype, fname: str):
+        """The Numba type the function returns for ``compute`` inputs (it compiles): a
+        TypeError naming the function and dtype where it cannot."""
+        try:
+            return nary.return_type(self._compiled_fn, compute, self.nin)
+        except Exception as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
+                            f"compiled for {self.nin} input(s) of dtype {compute} "
+                            f"(promoted from the operands): {first}") from None
 
     def _as_dtype(self, ret, compute: np.dtype, fname: str) -> np.dtype:
         try:
@@ -220,13 +225,7 @@ class ElementwiseOp:
         result (compiles it: a function that cannot run on them is a TypeError here)."""
         got = self._several.get(compute)
         if got is None:
-            try:
-                ret = nary.return_type(self._compiled_fn, compute, self.nin)
-            except Exception as e:
-                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise TypeError(f"jitops.{fname}: the function {self.__qualname__} cannot be "
-                                f"compiled for {self.nin} input(s) of dtype {compute} "
-                                f"(promoted from the operands): {first}") from None
+            ret = self._numba_return(compute, fname)
             rets = list(ret) if isinstance(ret, types.BaseTuple) else [ret]
             got = self._several[compute] = tuple(self._as_dtype(r, compute, fname)
                                                  for r in rets)
