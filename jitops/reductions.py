@@ -24,6 +24,7 @@ from .cpu import layout, nary, parallel
 from .cpu import reduce as _reduce
 from .cpu.backend import drivers, entry_point
 from .cpu.kernels import FP_RAISED, OK
+from .cpu.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
 from .dask.backend import is_dask_array
 from .signatures import Broadcast
 
@@ -93,8 +94,8 @@ class _Launch:
         strides = [expand_strides(sh, st, f, space) for (sh, st), f in zip(in_strides, frames_in)]
         plan = plan_reduction(space, strides, frames, lead=lead, threads=threads,
                               reduced=[h != "store" for h in hows])
-        if len(plan.shape) > _reduce.MAX_DIMS:
-            raise ValueError(f"at most {_reduce.MAX_DIMS} dims after merging, got "
+        if len(plan.shape) > R_DIMS:
+            raise ValueError(f"at most {R_DIMS} dims after merging, got "
                              f"{len(plan.shape)}")
         nary.register(key, fn)
         spec0 = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name,
@@ -115,11 +116,11 @@ class _Launch:
                          _reduce.ROW if rp.strides[-1] == 0 else _reduce.COLUMN)
             partial.append(rp.size * acc.itemsize if rp.partial else 0)
         nd = len(plan.shape)
-        words = [0] * (_reduce.MAX_DIMS * (_reduce.MAX_INPUTS + _reduce.MAX_RESULTS))
+        words = [0] * (R_DIMS * (MAX_INPUTS + MAX_RESULTS))
         for i, st in enumerate([*plan.inputs, *[rp.strides for rp in plan.results]]):
-            words[i * _reduce.MAX_DIMS:i * _reduce.MAX_DIMS + nd] = st
-        R = _reduce.RMETA
-        fill = (_reduce.MAX_RESULTS - len(frames))
+            words[i * R_DIMS:i * R_DIMS + nd] = st
+        R = RMETA
+        fill = (MAX_RESULTS - len(frames))
         self.meta = np.array(layout.fill(
             R, ND=nd, SPLIT=plan.split, NTASKS=plan.ntasks, NIN=len(in_dtypes),
             NRES=len(frames), MODE=modes + [0] * fill, PARTIAL=partial + [0] * fill,
@@ -560,14 +561,14 @@ class _Settled:
             is_bfloat16(k) for k in kinds if isinstance(k, np.dtype)) else np.result_type(*kinds)
         check_dtype(common, "the operands' common dtype", fname)
         self.compute = _reduce.compute_dtype(common)
-        if len(vals) > _reduce.MAX_INPUTS:
+        if len(vals) > MAX_INPUTS:
             raise TypeError(f"jitops.{fname}: a function of several results, or with "
-                            f"reduce=, takes at most {_reduce.MAX_INPUTS} inputs, got "
+                            f"reduce=, takes at most {MAX_INPUTS} inputs, got "
                             f"{len(vals)}")
         returned = op.returns(self.compute, fname)
-        if len(returned) > _reduce.MAX_RESULTS:
+        if len(returned) > MAX_RESULTS:
             raise TypeError(f"jitops.{fname}: the function returns {len(returned)} values; at "
-                            f"most {_reduce.MAX_RESULTS} results are supported")
+                            f"most {MAX_RESULTS} results are supported")
         self.hows = hows = normalize_hows(op.reduce, len(returned), fname)
         self.space, self.frames_in = space, _ = align_all(shapes, mode, axis)
         self.axes = axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()

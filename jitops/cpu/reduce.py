@@ -1,7 +1,7 @@
 """CPU kernels of a pass whose results are stored or reduced (jitops.core.reduction plans it).
 
 A task walks its part of the plan's space row by row (the innermost axis), in blocks of
-:data:`BLOCK` elements: the map -- a scalar function of up to :data:`MAX_INPUTS` inputs
+:data:`BLOCK` elements: the map -- a scalar function of up to ``MAX_INPUTS`` inputs
 returning up to :data:`MAX_RESULTS` values (a user op, a gradient rule of jitops.core.grads,
 sum_to's identity) -- writes each result's values into a small buffer, then each result
 takes its block by its *how* (a compile-time part of the spec) and its mode (the plan's):
