@@ -57,9 +57,9 @@ from .spec import as_pointer, cast_to, load_word, storage, to_bool_byte
 _I64 = types.int64
 
 #: Elements of a row a task maps (and reduces) at a time: the buffers stay in L1.
-BLOCK = 2048
+BLOCK = 512
 #: Bytes an input's staged block may take (complex128).
-_STAGE_BYTES = 16 * BLOCK
+_STAGE_BYTES = 16 * BLOCK + 192  # (apart by a non-power of two: no cache-set conflicts)
 
 #: What a result does with a block (the plan's choice; its *how* is the spec's).
 STORE, ROW, COLUMN = 0, 1, 2
@@ -370,11 +370,12 @@ def _ov_map_block(spec, ptrs, offs, steps, m, bufs, st):
     lines, args = _prologue(spec, ns)
     lines = ["def impl(spec, ptrs, offs, steps, m, bufs, st):", *lines]
     lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
-    lines += ["    for j in range(m):", f"        r = FN({args})"]
     if len(value_types(spec)) == 1 and k == 1:
-        lines.append("        b0[j] = r")
+        lines += ["    for j in range(m):", f"        b0[j] = FN({args})"]
     else:
-        lines += [f"        b{r}[j] = r[{r}]" for r in range(k)]
+        names = ", ".join(f"g{r}" for r in range(k))
+        lines += ["    for j in range(m):", f"        {names} = FN({args})"]
+        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
     exec(compile("\n".join(lines) + "\n", f"<jitops map of {len(spec.inputs)} inputs>",
                  "exec"), ns)
     return ns["impl"]
@@ -419,14 +420,21 @@ def _make_sink(r: int):
         St = storage(name)
         put = CONVERSIONS[name][1] if name in CONVERSIONS else \
             to_bool_byte if name == "bool" else cast_to(St)
+        size = _itemsize(name)
         if how == "store":
             def store(spec, mode, buf, m, addr, o, s, lev, count):
-                p = as_pointer(addr, St)
-                for k in range(m):
-                    p[o + k * s] = put(buf[k])
+                if s == 1:  # unit-stride: a loop the compiler vectorises
+                    q = as_pointer(addr + o * size, St)
+                    for k in range(m):
+                        q[k] = put(buf[k])
+                else:
+                    p = as_pointer(addr, St)
+                    for k in range(m):
+                        p[o + k * s] = put(buf[k])
                 return count
             return store
         A = from_dtype(np.dtype(acc))
+        asize = np.dtype(acc).itemsize
         combine, block = combiner(how, A), blocker(how, A)
         ident = A(identity(how, np.dtype(acc)))
         pairwise = how == "sum"
@@ -436,9 +444,14 @@ def _make_sink(r: int):
 
         def impl(spec, mode, buf, m, addr, o, s, lev, count):
             if mode == COLUMN:
-                a = as_pointer(addr, A)
-                for k in range(m):
-                    a[o + k * s] = A(combine(a[o + k * s], conv(buf[k])))
+                if s == 1:
+                    q = as_pointer(addr + o * asize, A)
+                    for k in range(m):
+                        q[k] = A(combine(q[k], conv(buf[k])))
+                else:
+                    a = as_pointer(addr, A)
+                    for k in range(m):
+                        a[o + k * s] = A(combine(a[o + k * s], conv(buf[k])))
                 return count
             # ROW: the block reduced, then merged with the row's earlier blocks
             if pairwise:  # a sum: leaves of `leaf` pushed on the row's pairwise levels
