@@ -15,9 +15,10 @@ from typing import Any
 
 import numpy as np
 from numba import types as _types
+from numba.np.numpy_support import as_dtype
 
 from .core import grads, tensors
-from .core.dtypes import is_bfloat16
+from .core.dtypes import compute_dtype, is_bfloat16
 from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import plan_reduction, sum_to_frame
 from .cpu import layout, nary, parallel
@@ -38,6 +39,14 @@ def _host(v, name: str, fname: str) -> np.ndarray:
         raise TypeError(f"jitops.{fname}: {name} is a {type(v).__name__}; this function runs "
                         f"on host arrays (NumPy, and PyTorch/Paddle CPU tensors) only")
     return np.asarray(v)
+
+
+def _common(kinds) -> np.dtype:
+    """The operands' promoted dtype (NumPy 2's rules, Python numbers weak); with a bfloat16
+    operand, which NumPy cannot promote, float32 (what it is computed in)."""
+    if any(isinstance(k, np.dtype) and is_bfloat16(k) for k in kinds):
+        return np.dtype(np.float32)
+    return np.result_type(*kinds)
 
 
 def _address(a: np.ndarray) -> int:
@@ -98,14 +107,12 @@ class _Launch:
             raise ValueError(f"at most {R_DIMS} dims after merging, got "
                              f"{len(plan.shape)}")
         nary.register(key, fn)
-        spec0 = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name,
-                                   tuple(("float64", "store", "float64") for _ in dtypes),
-                                   direct, cacheable)
-        values = [np.dtype(_as_dtype(v)) for v in _reduce.value_types(spec0)]
-        values = values if len(values) == len(frames) else values * len(frames)
+        ret = nary.return_type(nary.compiled_function(fn), compute, len(in_dtypes))
+        values = [np.dtype(as_dtype(v)) for v in (ret if isinstance(ret, _types.BaseTuple)
+                                                   else [ret] * len(frames))]
         accs = [_reduce.accumulator(h, v) if h != "store" else dt
                 for h, v, dt in zip(hows, values, dtypes)]
-        spec = _reduce.ReduceSpec(key, spec0.inputs, compute.name, tuple(
+        spec = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name, tuple(
             ((dt or a).name, h, a.name) for dt, h, a in zip(dtypes, hows, accs)), direct,
             cacheable)
         self.results, modes, partial = [], [], []
@@ -119,12 +126,11 @@ class _Launch:
         words = [0] * (R_DIMS * (MAX_INPUTS + MAX_RESULTS))
         for i, st in enumerate([*plan.inputs, *[rp.strides for rp in plan.results]]):
             words[i * R_DIMS:i * R_DIMS + nd] = st
-        R = RMETA
         fill = (MAX_RESULTS - len(frames))
         self.meta = np.array(layout.fill(
-            R, ND=nd, SPLIT=plan.split, NTASKS=plan.ntasks, NIN=len(in_dtypes),
+            RMETA, ND=nd, SPLIT=plan.split, NTASKS=plan.ntasks, NIN=len(in_dtypes),
             NRES=len(frames), MODE=modes + [0] * fill, PARTIAL=partial + [0] * fill,
-            SHAPE=list(plan.shape), STRIDES=words, BOUNDS=0)[:R.BOUNDS] + list(plan.bounds),
+            SHAPE=list(plan.shape), STRIDES=words, BOUNDS=0)[:RMETA.BOUNDS] + list(plan.bounds),
             _I64)
         self.meta_address = _address(self.meta)
         self.task = _reduce.task_address(spec)
@@ -140,12 +146,6 @@ class _Held:
     def __init__(self, reduced, frame, rows, size, how, acc):
         self.reduced, self.frame, self.rows, self.size = reduced, frame, rows, size
         self.how, self.acc = how, acc
-
-
-def _as_dtype(t) -> np.dtype:
-    from numba.np.numpy_support import as_dtype
-
-    return as_dtype(t)
 
 
 @lru_cache(maxsize=64)
@@ -165,10 +165,10 @@ def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
              dtypes: list[np.dtype], lead: int, fname: str, compute: np.dtype | None = None,
              direct: bool = False) -> list[np.ndarray]:
     """One pass of the scalar function ``fn`` over ``space``: inputs with their frames; per
-    result its frame (``space`` to be stored, 1 on the axes it reduces), ``how`` (``store``
-    or a reduction of jitops.cpu.reduce.HOWS) and dtype. Returns each result in its frame's
-    shape; a reduced one in its accumulator's dtype where ``dtypes`` says None. No
-    floating-point flags are reported (:func:`run_pass_status` returns them)."""
+    result its frame (``space`` to be stored, 1 on the axes it reduces), ``how`` (``store``,
+    or ``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``) and dtype. Returns each result
+    in its frame's shape; a reduced one in its accumulator's dtype where ``dtypes`` says
+    None. No floating-point flags are reported (:func:`run_pass_status` returns them)."""
     return run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
                            compute, None, direct)[0]
 
@@ -179,9 +179,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.nary.function_key`
     of it."""
     if compute is None:
-        common = np.dtype(np.float32) if any(is_bfloat16(a.dtype) for a in inputs) \
-            else np.result_type(*[a.dtype for a in inputs])
-        compute = _reduce.compute_dtype(common)
+        compute = compute_dtype(_common([a.dtype for a in inputs]))
     size = 1
     for n in space:
         size *= n
@@ -557,10 +555,9 @@ class _Settled:
                 kinds.append(np.dtype(v.dtype))
             else:
                 kinds.append(v)
-        self.common = common = np.dtype(np.float32) if any(
-            is_bfloat16(k) for k in kinds if isinstance(k, np.dtype)) else np.result_type(*kinds)
+        self.common = common = _common(kinds)
         check_dtype(common, "the operands' common dtype", fname)
-        self.compute = _reduce.compute_dtype(common)
+        self.compute = compute_dtype(common)
         if len(vals) > MAX_INPUTS:
             raise TypeError(f"jitops.{fname}: a function of several results, or with "
                             f"reduce=, takes at most {MAX_INPUTS} inputs, got "

@@ -63,15 +63,6 @@ _STAGE_BYTES = 16 * BLOCK + 192  # (apart by a non-power of two: no cache-set co
 
 #: What a result does with a block (the plan's choice; its *how* is the spec's).
 STORE, ROW, COLUMN = 0, 1, 2
-#: The reductions a result may take (``store``: none).
-HOWS = ("store", "sum", "prod", "max", "min", "any", "all")
-
-def compute_dtype(dtype: np.dtype) -> np.dtype:
-    """What ``dtype`` values are computed in (float16 and bfloat16 in float32)."""
-    return np.dtype(np.float32) if dtype.itemsize == 2 and dtype.kind == "f" or \
-        dtype.name == "bfloat16" else dtype
-
-
 def accumulator(how: str, value: np.dtype) -> np.dtype:
     """The dtype values of ``value`` are reduced in by ``how``."""
     if how in ("any", "all") or value.kind == "b":
@@ -168,19 +159,13 @@ def _quiet(greater: bool, A):
     tests are quiet)."""
     z = A(0)
 
-    def ge(a, v):
+    def pick(a, v):
         a_ok, v_ok = a == a, v == v
         x = a if a_ok else z
         y = v if v_ok else z
-        return a if not a_ok or (v_ok and x >= y) else v
+        return a if not a_ok or (v_ok and (x >= y if greater else x <= y)) else v
 
-    def le(a, v):
-        a_ok, v_ok = a == a, v == v
-        x = a if a_ok else z
-        y = v if v_ok else z
-        return a if not a_ok or (v_ok and x <= y) else v
-
-    return inner(ge if greater else le)
+    return inner(pick)
 
 
 @inner
