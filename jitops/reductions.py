@@ -1,6 +1,8 @@
-"""Reductions of broadcast results: ``sum_to`` and the broadcast ops' gradients.
+"""Reductions of broadcast results: ``sum_to``, the broadcast ops' gradients, and user ops
+of several results or with ``reduce=``.
 
-Each call is one pass (jitops.core.reduction plans it, jitops.cpu.reduce runs it): the
+Each call is one pass (jitops.core.reduction plans it, jitops.cpu.reduce runs it; on CUDA
+operands jitops.cuda.reduce, on Dask ones a graph of CPU passes): the
 gradient's full-shape side is written and its broadcast side summed while ``dout`` is read
 once. Sums are accumulated in float64 (complex128, int64, uint64) and rounded once to the
 result's dtype; they do not depend on the thread count (the plan fixes the order). No
@@ -20,7 +22,7 @@ from numba.np.numpy_support import as_dtype
 from .core import grads, tensors
 from .core.dtypes import compute_dtype, is_bfloat16
 from .core.plan import align_all, expand_strides, normalize_mode
-from .core.reduction import plan_reduction, sum_to_frame
+from .core.reduction import accumulator, identity, plan_reduction, sum_to_frame
 from .cpu import layout, nary, parallel
 from .cpu import reduce as _reduce
 from .cpu.backend import drivers, entry_point
@@ -35,9 +37,9 @@ _I64 = np.int64
 def _host(v, name: str, fname: str) -> np.ndarray:
     if isinstance(v, np.ndarray):
         return v
-    if hasattr(v, "__cuda_array_interface__") or type(v).__module__.startswith("dask"):
-        raise TypeError(f"jitops.{fname}: {name} is a {type(v).__name__}; this function runs "
-                        f"on host arrays (NumPy, and PyTorch/Paddle CPU tensors) only")
+    if type(v).__module__.startswith("dask"):
+        raise TypeError(f"jitops.{fname}: {name} is a {type(v).__name__}; pass all the "
+                        f"operands as Dask arrays, or none")
     return np.asarray(v)
 
 
@@ -106,11 +108,8 @@ class _Launch:
         if len(plan.shape) > R_DIMS:
             raise ValueError(f"at most {R_DIMS} dims after merging, got "
                              f"{len(plan.shape)}")
-        nary.register(key, fn)
-        ret = nary.return_type(nary.compiled_function(fn), compute, len(in_dtypes))
-        values = [np.dtype(as_dtype(v)) for v in (ret if isinstance(ret, _types.BaseTuple)
-                                                   else [ret] * len(frames))]
-        accs = [_reduce.accumulator(h, v) if h != "store" else dt
+        values, _ = _values(fn, key, compute, len(in_dtypes), len(frames))
+        accs = [accumulator(h, v) if h != "store" else dt
                 for h, v, dt in zip(hows, values, dtypes)]
         spec = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name, tuple(
             ((dt or a).name, h, a.name) for dt, h, a in zip(dtypes, hows, accs)), direct,
@@ -135,6 +134,53 @@ class _Launch:
         self.meta_address = _address(self.meta)
         self.task = _reduce.task_address(spec)
         self.parallel = plan.ntasks > 1 and threads > 1
+
+
+def _values(fn, key: str, compute: np.dtype, nin: int, nres: int):
+    """The dtypes of the values ``fn`` returns for ``nin`` inputs of ``compute``, and whether
+    it returns a tuple."""
+    nary.register(key, fn)
+    ret = nary.return_type(nary.compiled_function(fn), compute, nin)
+    several = isinstance(ret, _types.BaseTuple)
+    return [np.dtype(as_dtype(v)) for v in (ret if several else [ret] * nres)], several
+
+
+def _on_cuda(operands, device=None, fname: str = "") -> bool:
+    """Whether a call runs on the GPU: a CUDA operand, or ``device`` asking for CUDA
+    (RuntimeError where CUDA cannot run; never a CPU fallback)."""
+    from .core.device import select
+
+    return select(device, operands, None, fname) != "cpu"
+
+
+def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames, results,
+               compute, lead: int, fname: str, device=None) -> list:
+    """:func:`run_pass` on the GPU (jitops.cuda.reduce): the operands' GPU and stream, host
+    operands uploaded as the elementwise ops' are; ``results`` are jitops.cuda.reduce.Result
+    with each result's accumulator still to fill in from the function's values."""
+    from .cuda import reduce as on_gpu
+    from .cuda.backend import memory, on_device
+
+    mem = memory(device, operands, None, fname)
+    with on_device(mem):
+        ins = []
+        for v in operands:
+            v = v if mem.owns(v) else mem.from_host(np.asarray(v))
+            dt = mem.dtype(v)
+            if is_bfloat16(dt) or dt.kind == "c":
+                raise TypeError(f"jitops.{fname}: a {dt} operand; on CUDA, reductions and "
+                                f"several results take bool, integer and float16/32/64 "
+                                f"operands in this release")
+            ins.append(mem.ready(v))
+        values, several = _values(fn, key, compute, len(ins), len(frames))
+        for r, v in zip(results, values):
+            if r.how != "store":
+                if v.kind == "c":
+                    raise TypeError(f"jitops.{fname}: complex results are not reduced on "
+                                    f"CUDA in this release")
+                r.acc = accumulator(r.how, v)
+        return on_gpu.run_pass(mem, fn, key, cacheable, ins, frames_in, tuple(space), frames,
+                               results, compute, several, lead)
 
 
 class _Held:
@@ -202,7 +248,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     buffers, status = [], OK
     for h, dt in zip(launch.results, dtypes):
         if h.reduced:
-            buffers.append(np.full((h.rows, h.size), _reduce.identity(h.how, h.acc), h.acc))
+            buffers.append(np.full((h.rows, h.size), identity(h.how, h.acc), h.acc))
         else:
             buffers.append(np.empty(h.frame, dt))
     if size:
@@ -255,7 +301,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     Parameters
     ----------
     g : array_like
-        The broadcast array (a gradient): NumPy, or a PyTorch/Paddle CPU tensor.
+        The broadcast array (a gradient): NumPy, a PyTorch/Paddle CPU tensor, a CUDA array
+        (summed on its GPU) or a Dask array.
     shape : tuple of int
         The operand's shape; it must broadcast to exactly ``g.shape``.
     broadcast : {"numpy", "pdpd", "none"}, default "numpy"
@@ -287,6 +334,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     array([8., 8., 8.])
     """
     fname = "sum_to"
+    if _on_cuda((g,), None, fname):
+        return _sum_to_cuda(g, shape, normalize_mode(broadcast), axis)
     host = tensors.unwrap((g,), None, fname)
     wrap = None
     if host is not None:
@@ -295,11 +344,7 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     if not lazy:
         g = _host(g, "g", fname)
     mode = normalize_mode(broadcast)
-    try:
-        shape = tuple(int(n) for n in shape)
-    except TypeError:
-        raise TypeError(f"jitops.sum_to: shape must be a tuple of ints, got "
-                        f"{type(shape).__name__}") from None
+    shape = _shape_arg(shape, fname)
     if g.dtype.kind not in "iufc" and not is_bfloat16(g.dtype):
         raise TypeError(f"jitops.sum_to: g has dtype {g.dtype}; sum_to sums numbers "
                         f"(bool and non-numeric arrays are refused)")
@@ -315,11 +360,40 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     return wrap(res) if wrap is not None else res
 
 
+def _shape_arg(shape, fname: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(n) for n in shape)
+    except TypeError:
+        raise TypeError(f"jitops.{fname}: shape must be a tuple of ints, got "
+                        f"{type(shape).__name__}") from None
+
+
+def _sum_to_cuda(g, shape, mode: str, axis: int):
+    from .cuda.backend import CudaMemory
+    from .cuda.reduce import Result
+
+    fname = "sum_to"
+    shape = _shape_arg(shape, fname)
+    mem = CudaMemory(0, None, "numba")  # only reads g's interface
+    dt, gshape = mem.dtype(g), tuple(mem.shape(g))
+    if dt.kind not in "iufc" and not is_bfloat16(dt):
+        raise TypeError(f"jitops.sum_to: g has dtype {dt}; sum_to sums numbers "
+                        f"(bool and non-numeric arrays are refused)")
+    frame = _frame_of(gshape, shape, mode, axis)
+    how = "store" if tuple(frame) == gshape else "sum"
+    key, cacheable = _key_of(grads.identity)
+    (res,) = _cuda_pass(grads.identity, key, cacheable, [g], [gshape], gshape, [frame],
+                        [Result(how, None, dt, shape)], compute_dtype(dt), 0, fname)
+    return res
+
+
 def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
           ties: str) -> tuple[Any, Any]:
     fname = f"elementwise_{op}_grad"
     if ties not in grads.TIES:
         raise ValueError(f"jitops.{fname}: ties must be one of {grads.TIES}, got {ties!r}")
+    if _on_cuda((x, y, dout), None, fname):
+        return _grad_cuda(op, x, y, dout, axis, normalize_mode(broadcast), ties)
     host = tensors.unwrap((x, y, dout), None, fname)
     wrap = None
     if host is not None:
@@ -347,6 +421,37 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
     dx, dy = dx.reshape(x.shape), dy.reshape(y.shape)
     if wrap is not None:
         return wrap(dx), wrap(dy)
+    return dx, dy
+
+
+def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
+    from .cuda.backend import CudaMemory
+    from .cuda.reduce import Result
+
+    fname = f"elementwise_{op}_grad"
+    mem = CudaMemory(0, None, "numba")  # only reads the interfaces
+    desc = {}
+    for v, n in ((x, "x"), (y, "y"), (dout, "dout")):
+        if not mem.owns(v):
+            raise TypeError(f"jitops.{fname}: {n} is a {type(v).__name__} while another "
+                            f"operand is a CUDA array; pass all three on the GPU")
+        dt = mem.dtype(v)
+        if dt.kind != "f":
+            raise TypeError(f"jitops.{fname}: {n} has dtype {dt}; gradients are computed "
+                            f"for float16, float32 and float64 on CUDA")
+        desc[n] = (tuple(mem.shape(v)), dt)
+    (xs, xd), (ys, yd), (ds, dd) = desc["x"], desc["y"], desc["dout"]
+    space, (fx, fy) = align_all((xs, ys), mode, axis)
+    if ds != tuple(space):
+        raise ValueError(f"jitops.{fname}: dout has shape {ds}, but x {xs} and y {ys} "
+                         f"broadcast to {space} (broadcast={mode!r}"
+                         + (f", axis={axis})" if mode == "pdpd" else ")"))
+    rule = grads.RULES[grads.rule_name(op, ties)]
+    key, cacheable = _key_of(rule)
+    results = [Result("store" if tuple(f) == tuple(space) else "sum", None, dt, s)
+               for f, s, dt in ((fx, xs, xd), (fy, ys, yd))]
+    dx, dy = _cuda_pass(rule, key, cacheable, [x, y, dout], [fx, fy, space], space, [fx, fy],
+                        results, compute_dtype(_common([xd, yd, dd])), 2, fname)
     return dx, dy
 
 
@@ -399,8 +504,8 @@ with the shape of that operand, in one pass over ``dout``.{extra}
 Parameters
 ----------
 x, y : array_like
-    The op's operands (float16, bfloat16, float32, float64; NumPy arrays or PyTorch/Paddle
-    CPU tensors).
+    The op's operands (float16, bfloat16, float32, float64): NumPy arrays, PyTorch/Paddle
+    CPU tensors, CUDA arrays (all three on one GPU; no bfloat16) or Dask arrays.
 dout : array_like
     The gradient of the result, of the broadcast shape.
 axis : int, default -1
@@ -525,10 +630,6 @@ def normalize_hows(reduce, nres: int, fname: str) -> tuple:
 
 
 def _host_operand(v, fname: str):
-    if hasattr(v, "__cuda_array_interface__"):
-        raise TypeError(f"jitops.{fname}: a function of several results, or with reduce=, "
-                        f"runs on host arrays (NumPy, PyTorch/Paddle CPU tensors, Dask) in "
-                        f"this release; got a {type(v).__name__}")
     if isinstance(v, (bool, int, float, complex)):
         return v  # weak, NumPy 2's rules
     if is_dask_array(v):
@@ -618,9 +719,8 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     from .core.plan import check_axis_type
 
     fname = op.__name__
-    if device not in (None, "cpu"):
-        raise TypeError(f"jitops.{fname}: a function of several results, or with reduce=, "
-                        f"runs on the CPU in this release (device={device!r})")
+    if _on_cuda(operands, device, fname):
+        return _several_cuda(op, operands, broadcast, axis, out, device)
     host = tensors.unwrap(operands, None, fname)
     wrap = None
     if host is not None:
@@ -654,6 +754,41 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
         done = [r[()] if r.ndim == 0 else r for r in done]
     if wrap is not None and outs is None:
         done = [wrap(r) for r in done]
+    return tuple(done) if len(done) > 1 else done[0]
+
+
+def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
+    from .core.plan import check_axis_type
+    from .cuda.backend import CudaMemory
+    from .cuda.reduce import Result
+
+    fname = op.__name__
+    if out is not None:
+        raise TypeError(f"jitops.{fname}: out= is not supported on CUDA for a function of "
+                        f"several results, or with reduce=, in this release")
+    mem = CudaMemory(0, None, "numba")  # only reads the interfaces
+    vals, shapes = [], []
+    for v in operands:
+        if isinstance(v, (bool, int, float, complex)):
+            vals.append(v)
+            shapes.append(())
+        elif mem.owns(v):
+            vals.append(np.empty(0, mem.dtype(v)))  # what _Settled reads: the dtype
+            shapes.append(tuple(mem.shape(v)))
+        else:
+            h = np.asarray(v)
+            vals.append(h)
+            shapes.append(h.shape)
+    st = _Settled(op, vals, shapes, normalize_mode(broadcast), check_axis_type(axis), fname)
+    ins = [np.asarray(v, st.common) if isinstance(v, (bool, int, float, complex)) else v
+           for v in operands]
+    results = [Result(kh, None, dt if kh == "store" else fd, shape,
+                      st.count if how == "mean" else None)
+               for kh, dt, fd, shape, how in zip(st.kernel_hows, st.kernel_dtypes, st.final,
+                                                 st.shapes, st.hows)]
+    lead = max(range(len(shapes)), key=lambda i: int(np.prod(shapes[i])))
+    done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space, st.frames,
+                      results, st.compute, lead, fname, device)
     return tuple(done) if len(done) > 1 else done[0]
 
 
@@ -705,7 +840,7 @@ def _several_lazy(op, vals, shapes, mode: str, axis: int, fname: str):
             done.append(blocks.map_blocks(operator.getitem, r, dtype=st.final[r],
                                           meta=np.empty((0,) * nd, st.final[r])))
             continue
-        acc = _reduce.accumulator(st.kernel_hows[r], np.dtype(st.final[r]) if how != "mean"
+        acc = accumulator(st.kernel_hows[r], np.dtype(st.final[r]) if how != "mean"
                                   else np.dtype(np.float64))
         chunks = tuple((1,) * len(c) if d in st.axes else c
                        for d, c in enumerate(blocks.chunks))

@@ -111,6 +111,44 @@ def test_every_family_kernel_compiles_for_sm90(chunk, sm90):
     assert not failed, f"{len(failed)} of {len(items)} kernels failed:\n" + "\n".join(failed[:5])
 
 
+@pytest.mark.parametrize("chunk", [c if c < 1 else pytest.param(c, marks=pytest.mark.slow)
+                                   for c in range(4)])
+def test_every_reduction_kernel_compiles_for_sm90(chunk, sm90):
+    """The kernels of several results, some reduced (jitops.cuda.catalog.reductions): every
+    reduction of every value dtype, its partials' and finishing kernels, every gradient rule;
+    a quarter in the main job, every one under ``-m cuda_compile`` or ``-m slow``."""
+    from numba import cuda
+
+    from jitops.cuda import catalog, kernels
+
+    items = list(catalog.reductions())[chunk::4]
+    assert items
+    failed = []
+    for name, label, argtypes in items:
+        try:
+            ptx, _ = cuda.compile_ptx(kernels.KERNELS[name].py_func, argtypes, cc=CC)
+            assert _cubin(ptx) > 0
+        except Exception:
+            failed.append(f"{name} [{label}]: {traceback.format_exc(limit=1).strip()[-600:]}")
+    with open(os.environ["JITOPS_COMPILE_REPORT"], "a") as f:
+        f.write(f"{len(items) - len(failed)} {len(failed)}\n")
+    assert not failed, f"{len(failed)} of {len(items)} kernels failed:\n" + "\n".join(failed[:5])
+
+
+def test_reduction_catalogue_reaches_every_reduction_and_rule():
+    from jitops.core import grads
+
+    labels = " ".join(label for _, label, _ in __import__(
+        "jitops.cuda.catalog", fromlist=["reductions"]).reductions())
+    for how in ("sum", "prod", "max", "min", "any", "all"):
+        assert f"reduce {how} float16" in labels and f"reduce {how} bool" in labels
+        assert f"reduce {how} partials" in labels
+    for name in grads.RULES:
+        if grads.RULES[name] is not grads.identity:
+            assert f"grad {name} float16 dy" in labels
+    assert "mean float32 finish" in labels
+
+
 def test_catalogue_reaches_every_op_dtype_and_act():
     """The walk is not a hand-kept list: every op, dtype and activation the dispatcher
     accepts appears in it."""

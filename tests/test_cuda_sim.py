@@ -42,3 +42,6 @@ def test_import_never_touches_cuda_and_cpu_path_is_untouched():
 def test_no_gpu_error_says_why():
     with pytest.raises(RuntimeError, match=r"CUDA was requested but cannot run: .+"):
         jitops.subtract(np.ones(3), np.ones(3), device="cuda")
+    total = jitops.elementwise(lambda a: a, reduce="sum")  # reductions: no CPU fallback either
+    with pytest.raises(RuntimeError, match=r"CUDA was requested but cannot run: .+"):
+        total(np.ones(3), device="cuda")

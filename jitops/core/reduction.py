@@ -23,12 +23,39 @@ along an outer axis.
 
 from __future__ import annotations
 
+import numpy as np
+
 from .plan import Shape, Strides, align_all
 
 #: Elements of a task below which a pass is not worth splitting further.
 TASK_MIN = 32768
 #: Most tasks a split over a summed axis makes (each one partial row per summed result).
 MAX_PARTIALS = 64
+
+
+def accumulator(how: str, value: np.dtype) -> np.dtype:
+    """The dtype values of ``value`` are reduced in by ``how``."""
+    if how in ("any", "all") or value.kind == "b":
+        return np.dtype(np.uint8) if how not in ("sum", "prod") else np.dtype(np.int64)
+    if value.kind == "c":
+        return np.dtype(np.complex128)
+    if value.kind == "u":
+        return np.dtype(np.uint64) if how in ("sum", "prod") else value
+    if value.kind == "i":
+        return np.dtype(np.int64) if how in ("sum", "prod") else value
+    return np.dtype(np.float64)
+
+
+def identity(how: str, acc: np.dtype):
+    """The value an accumulator of ``how`` starts from."""
+    if how in ("sum", "any"):
+        return 0
+    if how in ("prod", "all"):
+        return 1
+    if acc.kind == "f":
+        return -np.inf if how == "max" else np.inf
+    info = np.iinfo(acc)
+    return info.min if how == "max" else info.max
 
 
 class ResultPlan:
@@ -161,3 +188,33 @@ def plan_reduction(space: Shape, inputs: list[Strides], frames: list[Shape],
         for r, f in enumerate(frames))
     return ReducePlan(tuple(shape), tuple(tuple(s) for s in strides[:nin]), results, split,
                       bounds)
+
+
+class Segments:
+    """One reduced result as rows of a matrix (the CUDA kernels' view): the space's axes
+    reordered as the result's ``kept`` ones (C order, as its frame) then the ``reduced`` ones
+    (the lead input's memory order, innermost last, so neighbouring threads read neighbouring
+    elements); ``shape`` is the two lists' sizes, ``inputs`` each input's element strides in
+    that order; ``rows`` kept elements of ``length`` reduced ones each."""
+
+    __slots__ = ("shape", "inputs", "rows", "length")
+
+    def __init__(self, shape: Shape, inputs: tuple[Strides, ...], rows: int, length: int):
+        self.shape, self.inputs, self.rows, self.length = shape, inputs, rows, length
+
+
+def segments(space: Shape, inputs: list[Strides], frame: Shape, lead: int = 0) -> Segments:
+    """The :class:`Segments` of the result of ``frame`` (1 on the axes it reduces) over
+    ``space``, for inputs with those element strides there."""
+    dims = [d for d, n in enumerate(space) if n != 1]
+    kept = [d for d in dims if frame[d] != 1]
+    reduced = [d for d in dims if frame[d] == 1]
+    reduced.sort(key=lambda d: -abs(inputs[lead][d]))  # stable: C order among equals
+    order = kept + reduced
+    rows = length = 1
+    for d in kept:
+        rows *= space[d]
+    for d in reduced:
+        length *= space[d]
+    return Segments(tuple(space[d] for d in order) or (1,),
+                    tuple(tuple(s[d] for d in order) or (0,) for s in inputs), rows, length)

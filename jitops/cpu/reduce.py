@@ -37,6 +37,7 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
+from ..core.reduction import identity
 from . import nary, pool
 from .half import CONVERSIONS
 from .jit import INNER, inner, wrapper
@@ -63,31 +64,6 @@ _STAGE_BYTES = 16 * BLOCK + 192  # (apart by a non-power of two: no cache-set co
 
 #: What a result does with a block (the plan's choice; its *how* is the spec's).
 STORE, ROW, COLUMN = 0, 1, 2
-def accumulator(how: str, value: np.dtype) -> np.dtype:
-    """The dtype values of ``value`` are reduced in by ``how``."""
-    if how in ("any", "all") or value.kind == "b":
-        return np.dtype(np.uint8) if how not in ("sum", "prod") else np.dtype(np.int64)
-    if value.kind == "c":
-        return np.dtype(np.complex128)
-    if value.kind == "u":
-        return np.dtype(np.uint64) if how in ("sum", "prod") else value
-    if value.kind == "i":
-        return np.dtype(np.int64) if how in ("sum", "prod") else value
-    return np.dtype(np.float64)
-
-
-def identity(how: str, acc: np.dtype):
-    """The value an accumulator of ``how`` starts from."""
-    if how in ("sum", "any"):
-        return 0
-    if how in ("prod", "all"):
-        return 1
-    if acc.kind == "f":
-        return -np.inf if how == "max" else np.inf
-    info = np.iinfo(acc)
-    return info.min if how == "max" else info.max
-
-
 class ReduceSpecType(types.Dummy):
     """Numba type of a :class:`ReduceSpec`; all information is in its (stable) name."""
 

@@ -170,3 +170,58 @@ def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
         u = user_spec(fn, np.dtype(dt))
         yield from emit("contig", f"user {fn.__name__} {dt}", contig_types(u))
         yield from emit("strided", f"user {fn.__name__} {dt} nd=2", strided_types(u, 2, True))
+
+
+def reduce_types(spec: CudaSpec, nd: int) -> tuple:
+    ins = tuple(_span(d) for d in spec.inputs)
+    st = types.UniTuple(types.int64, nd)
+    return (spec.numba_type, types.Tuple(ins), _span(spec.out), st, st,
+            types.Tuple((st,) * len(ins)), types.UniTuple(types.int64, len(ins) + 1),
+            types.int64, types.int64, types.int64)
+
+
+#: What a reduction's values may be on CUDA (jitops.reductions refuses complex, bfloat16).
+REDUCED = tuple(d for d in SUPPORTED if d.kind != "c")
+
+
+def reductions() -> Iterator[tuple[str, str, tuple]]:
+    """The kernels of several results, some reduced (jitops.cuda.reduce): each reduction of
+    each value dtype with its partials' and finishing kernels, sum_to, every gradient rule on
+    float16/32/64 (the stored side mapped, the other summed)."""
+    from ..core import grads
+    from ..core.dtypes import compute_dtype
+    from ..core.reduction import accumulator
+    from ..reductions import reduce_dtype
+    from .reduce import again_spec, finish_spec, key_of
+
+    seen = set()
+    key = key_of(grads.identity)
+    register(key, grads.identity, False)
+    for how, dt in itertools.product(("sum", "prod", "max", "min", "any", "all"), REDUCED):
+        compute = compute_dtype(dt)
+        acc = accumulator(how, compute)
+        s = CudaSpec(key, None, (dt,), acc, compute, True, None, how)
+        yield "reduce_rows", f"reduce {how} {dt}", reduce_types(s, 2)
+        if (how, acc) not in seen:
+            seen.add((how, acc))
+            yield "reduce_rows", f"reduce {how} partials {acc}", reduce_types(
+                again_spec(how, acc), 2)
+        final = reduce_dtype(how, dt)
+        if final != acc:
+            yield "contig", f"reduce {how} {dt} finish", contig_types(
+                finish_spec(acc, final, False))
+    for dt in ("float16", "float32", "float64"):
+        yield "contig", f"mean {dt} finish", contig_types(
+            finish_spec(np.dtype(np.float64), np.dtype(dt), True))
+    for name, dt in itertools.product(sorted(grads.RULES), ("float16", "float32", "float64")):
+        rule, dt = grads.RULES[name], np.dtype(dt)
+        if rule is grads.identity:
+            continue
+        key = key_of(rule)
+        register(key, rule, False)
+        compute = compute_dtype(dt)
+        stored = CudaSpec(key, None, (dt,) * 3, dt, compute, True, 0)
+        summed = CudaSpec(key, None, (dt,) * 3, np.dtype(np.float64), compute, True, 1, "sum")
+        yield "strided", f"grad {name} {dt} dx", strided_types(stored, 3, True)
+        yield "reduce_rows", f"grad {name} {dt} dy", reduce_types(summed, 3)
+

@@ -14,6 +14,9 @@ Three module-level kernels, specialised through a :class:`~jitops.cuda.spec.Cuda
   unravelled with one div/mod per dimension *beyond the first* (straight-line code for the
   plan's rank, a compile-time constant); where every index fits in 31 bits, a division is a
   multiply-high, an add and a shift by precomputed magic numbers (jitops.cuda.spec.magic);
+* ``reduce_rows`` -- a reduced result (jitops.cuda.reduce): blocks of a fixed width each
+  reduce a fixed chunk of a row of the space (its kept axes, then its reduced ones) through a
+  tree in shared memory, the partials reduced again by the same kernel;
 * ``any_zero`` -- the integer ``elementwise_div`` zero check, on the device.
 
 Operands are 1-D views over their memory span (negative strides included) plus start
@@ -32,7 +35,7 @@ from numba.core import sigutils
 from ..core import config
 from ..cpu.cache import memoized_stamp
 from . import rounding
-from .spec import SIMULATOR, element, gather, load, offsets
+from .spec import SIMULATOR, combine, element, gather, identity, load, offsets
 
 #: Elements per thread and step in ``contig`` (loads issued before the first store).
 UNROLL = 4
@@ -96,6 +99,47 @@ def strided(spec, o, ins, shape, ostr, istr, starts, n):
         f = offsets(shape, ostr, istr, starts, i)
         o[numba.uint64(f[0])] = element(spec, gather(ins, f))
         i += bs
+
+
+#: Threads of a reducing block: the width of its tree, fixed (not the GPU's or the
+#: configuration's choice), so a sum's order follows from the shape alone.
+REDUCE_THREADS = 4 if SIMULATOR else 256
+#: Elements each thread of a reducing block combines in sequence before the tree.
+REDUCE_RUN = 8 if SIMULATOR else 16
+#: Elements one reducing block covers of a row.
+REDUCE_CHUNK = REDUCE_THREADS * REDUCE_RUN
+
+
+def reduce_rows(spec, ins, part, shape, zeros, istr, starts, length, groups, nblocks):
+    """Block ``b`` reduces chunk ``b % groups`` of row ``b // groups`` (``length`` elements
+    each) of the space ``shape`` (kept axes, then reduced) into ``part[b]``: each thread
+    combines every ``REDUCE_THREADS``-th element of the chunk in order, then the block's
+    values are combined pairwise in shared memory, a fixed tree."""
+    t = cuda.threadIdx.x
+    sh = cuda.shared.array(REDUCE_THREADS, part.dtype)
+    b = cuda.blockIdx.x
+    while b < nblocks:
+        row = b // groups
+        lo = (b - row * groups) * REDUCE_CHUNK
+        hi = min(lo + REDUCE_CHUNK, length)
+        acc = identity(spec)
+        r = lo + t
+        while r < hi:
+            f = offsets(shape, zeros, istr, starts, row * length + r)
+            acc = combine(spec, acc, element(spec, gather(ins, f)))
+            r += REDUCE_THREADS
+        sh[t] = acc
+        cuda.syncthreads()
+        s = REDUCE_THREADS // 2
+        while s > 0:
+            if t < s:
+                sh[t] = combine(spec, sh[t], sh[t + s])
+            cuda.syncthreads()
+            s //= 2
+        if t == 0:
+            part[numba.uint64(b)] = sh[0]
+        cuda.syncthreads()  # sh is read before the next chunk overwrites it
+        b += cuda.gridDim.x
 
 
 def any_zero(y, shape, ystr, start, n, flag):
@@ -219,6 +263,8 @@ def _enable_cache(kernel) -> None:
 contig = _jit(contig)
 strided = _jit(strided)
 any_zero = _jit(any_zero)
+reduce_rows = _jit(reduce_rows)
 
 #: The kernels by name (what the compile test and the launch trace call them).
-KERNELS = {"contig": contig, "strided": strided, "any_zero": any_zero}
+KERNELS = {"contig": contig, "strided": strided, "any_zero": any_zero,
+           "reduce_rows": reduce_rows}

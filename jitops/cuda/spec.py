@@ -25,6 +25,7 @@ import numpy as np
 from numba import cuda, types
 from numba.np.numpy_support import from_dtype
 
+from ..core import reduction as _reduction
 from ..core import scalar as _scalar
 from ..core.catalog import KEPT
 from ..core.dtypes import act_dtype
@@ -61,36 +62,46 @@ class CudaSpecType(types.CPointer):
     """Numba type of a :class:`CudaSpec`: a pointer-sized word whose name says everything."""
 
     def __init__(self, fn_key: str, act: str | None, inputs: tuple[str, ...], out: str,
-                 compute: str):
+                 compute: str, pick: int | None = None, how: str | None = None):
         self.fn_key, self.act, self.inputs, self.out, self.compute = (fn_key, act, inputs, out,
                                                                       compute)
+        self.pick, self.how = pick, how
         super().__init__(types.uint8)
-        self.name = f"jitops.CudaSpec({fn_key};{act};{','.join(inputs)};{out};{compute})"
+        tail = "" if pick is None and how is None else f";{pick};{how}"
+        self.name = (f"jitops.CudaSpec({fn_key};{act};{','.join(inputs)};{out};{compute}"
+                     f"{tail})")
 
     @property
     def key(self):  # identity by name, not CPointer's (dtype, addrspace)
         return self.name
 
     def __reduce__(self):  # the cache index pickles signatures
-        return (CudaSpecType, (self.fn_key, self.act, self.inputs, self.out, self.compute))
+        return (CudaSpecType, (self.fn_key, self.act, self.inputs, self.out, self.compute,
+                               self.pick, self.how))
 
 
 class CudaSpec(int):
     """What one CUDA kernel instance computes. Interned; ``cacheable`` is False for user
-    functions that only exist in this process (lambdas, closures, notebook cells)."""
+    functions that only exist in this process (lambdas, closures, notebook cells).
+
+    A reduction's spec also has ``pick`` (which value of a function of several results) and
+    ``how`` (``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``): ``out`` is then the
+    accumulator's dtype, and an ``any``/``all`` value counts as nonzero or not."""
 
     _interned: dict[tuple, CudaSpec] = {}
 
     def __new__(cls, fn_key: str, act: str | None, inputs: tuple[np.dtype, ...],
-                out: np.dtype, compute: np.dtype, cacheable: bool = True) -> CudaSpec:
-        k = (fn_key, act, tuple(np.dtype(d) for d in inputs), np.dtype(out), np.dtype(compute))
+                out: np.dtype, compute: np.dtype, cacheable: bool = True,
+                pick: int | None = None, how: str | None = None) -> CudaSpec:
+        k = (fn_key, act, tuple(np.dtype(d) for d in inputs), np.dtype(out), np.dtype(compute),
+             pick, how)
         self = cls._interned.get(k)
         if self is None:
             self = super().__new__(cls, 0)
-            self.fn_key, self.act, self.inputs, self.out, self.compute = k
+            self.fn_key, self.act, self.inputs, self.out, self.compute, self.pick, self.how = k
             self.cacheable = cacheable
             self.numba_type = CudaSpecType(fn_key, act, tuple(d.name for d in k[2]),
-                                           k[3].name, k[4].name)
+                                           k[3].name, k[4].name, pick, how)
             self._py = None
             cls._interned[k] = self
         return self
@@ -122,6 +133,28 @@ def load(ins, i):
 def element(spec, vals):
     """One output word from the inputs' storage words."""
     return spec.py_element()(*vals)
+
+
+def identity(spec):
+    """The value a reduction's accumulator starts from (``spec.how``, in ``spec.out``)."""
+    return np.dtype(spec.out).type(_reduction.identity(spec.how, np.dtype(spec.out)))
+
+
+def _largest(a, b):
+    return a if a != a else b if b != b else a if a >= b else b  # NaN wins, as NumPy's max
+
+
+def _smallest(a, b):
+    return a if a != a else b if b != b else a if a <= b else b
+
+
+_COMBINE = {"sum": lambda a, b: a + b, "prod": lambda a, b: a * b, "max": _largest,
+            "min": _smallest, "any": lambda a, b: a | b, "all": lambda a, b: a & b}
+
+
+def combine(spec, a, b):
+    """Two accumulators of a reduction combined by ``spec.how``."""
+    return np.dtype(spec.out).type(_COMBINE[spec.how](a, b))
 
 
 def magic(divisor: int) -> int:
@@ -200,7 +233,9 @@ def _element_source(spec: CudaSpecType, python: bool):
             if spec.out != _BOOL:  # (a comparison's bool is stored as it is)
                 body = f"T({body})"
         else:
-            body = f"FN({', '.join(conv)})"
+            body = f"FN({', '.join(conv)})" + ("" if spec.pick is None else f"[{spec.pick}]")
+            if spec.how in ("any", "all"):  # NumPy's truth of a value: nonzero (NaN too)
+                body = f"1 if {body} != 0 else 0"
         body = f"{'BYTE' if spec.out == _BOOL else 'OUT'}({body})"
     exec(f"def element({args}):\n    return {body}\n", ns)
     return ns["element"]
@@ -325,6 +360,30 @@ if not SIMULATOR:
         exec(f"def impl(spec, vals):\n    return elem({call})\n", ns)
         return ns["impl"]
 
+    @_ext.overload(identity, target="cuda")
+    def _ov_identity(spec):
+        if not isinstance(spec, CudaSpecType) or spec.how is None:
+            return None
+        A, c = numba_type(spec.out), _reduction.identity(spec.how, np.dtype(spec.out))
+        c = float(c) if isinstance(c, float) else int(c)
+        return lambda spec: A(c)
+
+    @_ext.overload(combine, target="cuda")
+    def _ov_combine(spec, a, b):
+        if not isinstance(spec, CudaSpecType) or spec.how is None:
+            return None
+        A, how = numba_type(spec.out), spec.how
+        if how == "max" and isinstance(A, types.Float):
+            return lambda spec, a, b: a if a != a else b if b != b else a if a >= b else b
+        if how == "min" and isinstance(A, types.Float):
+            return lambda spec, a, b: a if a != a else b if b != b else a if a <= b else b
+        if how == "max":
+            return lambda spec, a, b: a if a >= b else b
+        if how == "min":
+            return lambda spec, a, b: a if a <= b else b
+        return {"sum": lambda spec, a, b: A(a + b), "prod": lambda spec, a, b: A(a * b),
+                "any": lambda spec, a, b: A(a | b), "all": lambda spec, a, b: A(a & b)}[how]
+
     def _words(args: str, n: int, word: str, **names):
         """``impl(args)`` returning the tuple of ``word`` for k < n (k1 = k + 1)."""
         ns = dict(names)
@@ -348,5 +407,5 @@ if not SIMULATOR:
         return ns["offsets"]
 
 
-__all__ = ["CudaSpec", "CudaSpecType", "divmod_magic", "element", "gather", "load", "magic",
-           "offsets", "register", "storage_dtype", "SIMULATOR"]
+__all__ = ["CudaSpec", "CudaSpecType", "combine", "divmod_magic", "element", "gather",
+           "identity", "load", "magic", "offsets", "register", "storage_dtype", "SIMULATOR"]
