@@ -107,6 +107,9 @@ _FAMILY = {
                     "float64, as NumPy's. Complex operands are not supported yet (TypeError). "
                     + _ULP),
     "copysign": ("x with the sign of y", _EXACT),
+    "nextafter": ("the next floating-point value after x toward y", "Integers and bools "
+                  "promote as NumPy's (float64, float16); the overflow and underflow warnings "
+                  "of C's ``nextafter`` (none but overflow for float16). " + _EXACT),
     "heaviside": ("the Heaviside step of x, y at 0", "NaN where x is NaN. " + _EXACT),
     "arctan2": ("atan2(x, y)", _ULP),
     "hypot": ("sqrt(x**2 + y**2) without overflow", _ULP),
@@ -167,6 +170,7 @@ fmod: BinaryOp = _make("fmod")
 power: BinaryOp = _make("power")
 float_power: BinaryOp = _make("float_power")
 copysign: BinaryOp = _make("copysign")
+nextafter: BinaryOp = _make("nextafter")
 heaviside: BinaryOp = _make("heaviside")
 arctan2: BinaryOp = _make("arctan2")
 hypot: BinaryOp = _make("hypot")

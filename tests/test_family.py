@@ -418,3 +418,25 @@ def test_narrow_floor_division_in_double_keeps_numpys_values_and_warnings(dx, dy
         with np.errstate(all="ignore"):
             assert np.array_equal(got, np.floor_divide(np.tile(x, 300), np.tile(y, 1200 //
                                                                                np.size(y))))
+
+
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+def test_nextafter_is_numpys_every_float_width(dt):
+    """Each width's own spacing rules (subnormals, powers of two, the largest value, both
+    zeros) and flags: C's overflow and underflow for float32/64, the half loop's overflow
+    only and its own tie and NaN rules for float16; NaN payloads as the C library's."""
+    run_grid("nextafter", dt, dt)
+    f = np.finfo(dt)
+    x = np.array([f.max, f.smallest_subnormal, 0.0, f.tiny, 1.0, -0.0], dt)
+    y = np.array([np.inf, 0.0, 1.0, 0.0, 0.0, 0.0], dt)
+    for i in range(x.size):
+        for under in ("ignore", "raise"):
+            with np.errstate(over="raise", under=under):
+                try:
+                    want = np.nextafter(x[i:i + 1], y[i:i + 1])
+                except FloatingPointError as e:
+                    with pytest.raises(FloatingPointError, match=str(e).split()[0]):
+                        jitops.nextafter(x[i:i + 1], y[i:i + 1])
+                    continue
+                got = jitops.nextafter(x[i:i + 1], y[i:i + 1])
+            assert got.tobytes() == want.tobytes(), (dt, x[i], y[i])

@@ -57,6 +57,7 @@ ROWS = {r.name: r for r in (
     Row("less_equal", np.less_equal, COMPARISON),
     Row("greater", np.greater, COMPARISON),
     Row("greater_equal", np.greater_equal, COMPARISON),
+    Row("nextafter", np.nextafter, ARITHMETIC),
     # Paddle's legacy names (jitops.elementwise_*), NumPy's dtypes and Paddle's values
     Row("elementwise_floordiv", np.floor_divide, ARITHMETIC, "paddle"),
     Row("elementwise_mod", np.remainder, ARITHMETIC, "paddle"),
@@ -150,6 +151,8 @@ def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
         return f"{op}_{kind}"
     if op == "fmod":
         return "remainder_unsigned" if kind == "unsigned" else "fmod_float"
+    if op == "nextafter":
+        return f"nextafter_{8 * result.itemsize}"
     if op in ("power", "float_power"):
         return "power_float" if kind == "float" else "power_int"
     return op

@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from .errstate import DIVIDE, INVALID, OVERFLOW
+from .errstate import DIVIDE, INVALID, OVERFLOW, UNDERFLOW
 
 
 # -- binary ops ------------------------------------------------------------------------------
@@ -685,6 +685,52 @@ def ldexp(a, b, T):
     return T(ldexp_c(a, e))
 
 
+def _nextafter(bits):
+    """NumPy's ``nextafter`` of ``bits``-wide floats (C's ``nextafter`` for float32/64, NumPy's
+    ``npy_half_nextafter`` for float16, computed in float32): the next value after x toward y,
+    stepped by the spacing at x (``frexp``'s exponent, the format's precision ``p`` and least
+    exponent); C's flags (overflow to inf, underflow for a subnormal or zero result), the half
+    loop's (overflow only; x itself where x == y; NaN as NumPy's default NaN)."""
+    p, emin, top = {16: (11, -14, 65504.0), 32: (24, -126, 3.4028234663852886e38),
+                    64: (53, -1022, 1.7976931348623157e308)}[bits]
+    half = bits == 16
+
+    def nextafter(a, b, T):
+        if a != a or b != b:
+            if half:
+                return T(math.nan)
+            s = T(a + b)  # C's x + y (a signalling NaN's invalid); both NaN: y's payload
+            return T(b + b) if b != b else s
+        if a == b:
+            return a if half else b
+        if a == T(0):
+            r = T(math.copysign(T(ldexp_c(T(1), emin - p + 1)), b))
+            return r if half else T(raise_flags(UNDERFLOW, r))
+        ax = T(abs(a))
+        if ax == T(math.inf):
+            return T(math.copysign(T(top), a))
+        e = math.frexp(ax)[1] - 1  # ax in [2**e, 2**(e + 1))
+        if e < emin:
+            e = emin
+        step = T(ldexp_c(T(1), e - p + 1))
+        if (a < b) != (a > T(0)):  # toward zero: below a power of two the spacing halves
+            if e > emin and ax == T(ldexp_c(T(1), e)):
+                step = T(step / T(2))
+            step = T(-step)
+        r = T(ax + step)
+        if half and r > T(top):
+            return T(raise_flags(OVERFLOW, T(math.copysign(T(math.inf), a))))
+        r = T(math.copysign(r, a))
+        if not half and T(abs(r)) < T(ldexp_c(T(1), emin)):
+            return T(raise_flags(UNDERFLOW, r))
+        return r
+
+    return nextafter
+
+
+NEXTAFTERS = {bits: _nextafter(bits) for bits in (16, 32, 64)}
+
+
 OPS = {
     "add": add,
     "subtract": subtract,
@@ -746,6 +792,8 @@ for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f
 for _bits, _f in NARROW_FLOOR_DIVIDES.items():
     OPS[f"floor_divide_signed_{_bits}"] = _f
+for _bits, _f in NEXTAFTERS.items():
+    OPS[f"nextafter_{_bits}"] = _f
 
 
 # -- fused activations (Paddle's act=) ---------------------------------------------------------
