@@ -697,13 +697,28 @@ class _Settled:
             self.shapes.append(self.frames[-1] if op.keepdims else
                                tuple(n for d, n in enumerate(space) if d not in axes))
 
+    def warn_empty_means(self) -> None:
+        """NumPy's warning for a mean of nothing (its 0/0 then warns *invalid* as NumPy's)."""
+        if self.count == 0 and "mean" in self.hows:
+            import warnings
+
+            from .core.errstate import stacklevel
+
+            warnings.warn("Mean of empty slice", RuntimeWarning, stacklevel=stacklevel())
+
     def finish(self, results) -> list:
         """The kernel's results (accumulators for the reduced ones) as the final arrays."""
         done = []
+        self.warn_empty_means()
         for how, r, dt, shape in zip(self.hows, results, self.final, self.shapes):
             if how == "mean":
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    r = r / self.count if r.dtype.kind == "c" else r / np.float64(self.count)
+                with np.errstate(**({} if self.count == 0 else {"invalid": "ignore",
+                                                                  "divide": "ignore"})):
+                    n = self.count if r.dtype.kind == "c" else np.float64(self.count)
+                    # (a full mean of a float64/complex result divides NumPy scalars, as its
+                    # own does: its 0/0 warns "in scalar divide")
+                    r = np.asarray(r.reshape(())[()] / n) if not shape and dt.itemsize >= 8 \
+                        else r / n
             if how in ("any", "all"):
                 r = r != 0
             done.append(_cast(r, dt).reshape(shape))
@@ -787,6 +802,7 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
                for kh, dt, fd, shape, how in zip(st.kernel_hows, st.kernel_dtypes, st.final,
                                                  st.shapes, st.hows)]
     lead = max(range(len(shapes)), key=lambda i: int(np.prod(shapes[i])))
+    st.warn_empty_means()  # (a GPU keeps no floating-point flags: no *invalid* after it)
     done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space, st.frames,
                       results, st.compute, lead, fname, device)
     return tuple(done) if len(done) > 1 else done[0]
@@ -822,6 +838,7 @@ def _several_lazy(op, vals, shapes, mode: str, axis: int, fname: str):
     import dask.array as da
 
     st = _Settled(op, vals, shapes, mode, axis, fname)
+    st.warn_empty_means()
     framed = []
     for v, s, f in zip(vals, shapes, st.frames_in):
         if isinstance(v, (bool, int, float, complex)):

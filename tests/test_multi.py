@@ -110,6 +110,32 @@ def test_empty_reductions():
     assert jitops.reduce(ident, "sum", axis=1)(e).shape == (0,)
 
 
+@pytest.mark.parametrize("shape,axis", [((3, 0), 1), ((0,), None), ((0, 0), 0), ((0, 3), 1)])
+@pytest.mark.parametrize("dtype", ["float32", "int16", "complex128"])
+def test_mean_of_nothing_warns_as_numpy(shape, axis, dtype):
+    """NumPy's "Mean of empty slice" where a mean covers no element, then its 0/0's
+    *invalid* under np.errstate; neither where every mean covers some."""
+    e = np.zeros(shape, dtype)
+
+    def caught(fn):
+        import warnings
+
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            r = fn()
+        return r, sorted(str(x.message) for x in w)
+
+    want, want_w = caught(lambda: e.mean(axis=axis))
+    got, got_w = caught(lambda: jitops.reduce(ident, "mean", axis=axis)(e))
+    np.testing.assert_array_equal(got, want)
+    assert np.asarray(got).dtype == np.asarray(want).dtype
+    assert got_w == want_w
+    if want_w and np.asarray(want).size:
+        with np.errstate(invalid="raise"), pytest.warns(RuntimeWarning, match="Mean of empty"):
+            with pytest.raises(FloatingPointError):
+                jitops.reduce(ident, "mean", axis=axis)(e)
+
+
 def test_full_reductions_are_numpy_scalars_and_fused_sum_is_accurate():
     rng = np.random.default_rng(5)
     a = rng.standard_normal(100_003).astype(np.float32)

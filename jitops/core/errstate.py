@@ -45,7 +45,7 @@ def mask(op: str, act: str | None) -> int:
     return ALL & ~INVALID if act in _MAX_WITH_ZERO else 0
 
 
-def _stacklevel() -> int:
+def stacklevel() -> int:
     """The first frame outside jitops, as ``warnings.warn``'s stacklevel from the caller."""
     f, level = sys._getframe(1), 1
     while f is not None and f.f_code.co_filename.startswith(_PACKAGE):
@@ -74,7 +74,7 @@ def report(flags: int, fname: str) -> None:
         if how == "raise":
             raise FloatingPointError(msg)
         if how == "warn":
-            warnings.warn(msg, RuntimeWarning, stacklevel=_stacklevel())
+            warnings.warn(msg, RuntimeWarning, stacklevel=stacklevel())
         elif how == "call":
             np.geterrcall()(words, status)
         elif how == "print":
