@@ -440,3 +440,25 @@ def test_nextafter_is_numpys_every_float_width(dt):
                     continue
                 got = jitops.nextafter(x[i:i + 1], y[i:i + 1])
             assert got.tobytes() == want.tobytes(), (dt, x[i], y[i])
+
+
+@pytest.mark.parametrize("op", ["remainder", "fmod"])
+@pytest.mark.parametrize("dx, dy", [("int8", "int8"), ("int16", "int16"), ("int32", "int32"),
+                                    ("uint8", "uint8"), ("uint32", "uint32"),
+                                    ("uint8", "int8"), ("bool", "int16"), ("int64", "int64")])
+def test_narrow_remainders_in_double_keep_numpys_values_and_warnings(op, dx, dy):
+    """Integer remainder and fmod of at most 32 bits run in double (a - floor(a/b)*b is
+    exact there, and it vectorises): the grid, broadcast and parallel out=, and NumPy's
+    divide-by-zero warning, so that a compiler folding it away fails here; minimum % -1 is 0
+    with no warning, as NumPy's."""
+    run_grid(op, dx, dy)
+    x = np.array([np.iinfo(np.int32).min, 7, -7, 0, np.iinfo(np.int32).max], np.int32)
+    rng = np.random.default_rng(1)
+    for y in (np.int32(-1), rng.integers(-9, 9, 5).astype(np.int32)):
+        xs, ys = np.tile(x, 300), np.broadcast_to(y, 1500) if np.ndim(y) == 0 else np.tile(y, 300)
+        with np.errstate(divide="raise"):
+            if (ys == 0).any():
+                with pytest.raises(FloatingPointError, match="divide by zero"):
+                    getattr(jitops, op)(xs, ys)
+            else:
+                assert np.array_equal(getattr(jitops, op)(xs, ys), getattr(np, op)(xs, ys))

@@ -147,6 +147,8 @@ def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
     kind = {"i": "signed", "u": "unsigned", "b": "signed"}.get(result.kind, "float")
     if op == "floor_divide" and kind == "signed" and result.itemsize <= 4:
         return f"floor_divide_signed_{8 * result.itemsize}"  # in double: it vectorises
+    if op in ("remainder", "fmod") and kind != "float" and result.itemsize <= 4:
+        return f"{op}_narrow"  # in double: it vectorises
     if op in _BY_SIGN or (op == "fmod" and kind == "signed"):
         return f"{op}_{kind}"
     if op == "fmod":

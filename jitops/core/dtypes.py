@@ -297,5 +297,7 @@ def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> D
         # a bool operand's two values let the compiler fold away the division that raises
         # NumPy's divide-by-zero flag: the exact loop instead
         impl = "floor_divide_signed"
+    if impl.endswith("_narrow") and _BOOL in (slots[0], slots[1]):  # (the same)
+        impl = "remainder_unsigned" if result.kind == "u" else f"{row.name}_signed"
     compute = np.dtype(np.uint64) if impl.endswith("_mixed") else compute_dtype(x)
     return DTypes(result, compute, impl)

@@ -401,6 +401,30 @@ def _floor_divide_narrow(bits):
 NARROW_FLOOR_DIVIDES = {bits: _floor_divide_narrow(bits) for bits in (8, 16, 32)}
 
 
+def _remainder_narrow(dividend_sign: bool):
+    """NumPy's integer ``remainder`` (the divisor's sign) or, ``dividend_sign``, ``fmod`` (the
+    dividend's), of integers of at most 32 bits, in double, as :func:`_floor_divide_narrow`:
+    ``a - floor(a / b) * b`` is exact (the floored quotient is, and every product and
+    difference stays below 2**33); 0 with *divide* for a zero divisor, from ``1 / b`` kept by
+    a comparison the compiler cannot decide; no flag for minimum % -1 (its remainder is 0)."""
+    def remainder_narrow(a, b, T):
+        zero = b == T(0)
+        d = double(b | T(zero))
+        r = double(a) - floor_f(double(a) / d) * d
+        if 1.0 / double(b) == 3.0:  # never (b is an integer): keeps the *divide* of b == 0
+            r = 1.0
+        if dividend_sign and r != 0.0 and (r < 0.0) != (double(a) < 0.0):
+            r = r - d
+        return T(0.0 if zero else r)
+
+    return remainder_narrow
+
+
+#: (op, signed) -> the narrow loop's entry: remainder and fmod, signed and unsigned alike
+#: (for unsigned integers the two agree).
+NARROW_REMAINDERS = {"remainder": _remainder_narrow(False), "fmod": _remainder_narrow(True)}
+
+
 def floor_divide_unsigned(a, b, T):
     if b == T(0):
         return raise_flags(DIVIDE, T(0))
@@ -792,6 +816,8 @@ for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f
 for _bits, _f in NARROW_FLOOR_DIVIDES.items():
     OPS[f"floor_divide_signed_{_bits}"] = _f
+for _name, _f in NARROW_REMAINDERS.items():
+    OPS[f"{_name}_narrow"] = _f
 for _bits, _f in NEXTAFTERS.items():
     OPS[f"nextafter_{_bits}"] = _f
 
