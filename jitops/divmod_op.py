@@ -30,16 +30,17 @@ NumPy's divide-by-zero warning, named divmod).
 Parameters
 ----------
 x, y : array_like
-    Host arrays (NumPy; PyTorch and Paddle CPU tensors) or Python numbers (weak, NumPy 2's
-    promotion); not complex.
+    Host arrays (NumPy; PyTorch and Paddle CPU tensors), CUDA arrays (computed on their GPU),
+    Dask arrays (one lazy graph) or Python numbers (weak, NumPy 2's promotion); not complex.
 broadcast : {"numpy", "pdpd", "none"}, default "numpy"
     ``pdpd``: Paddle's ``axis`` rule.
 axis : int, default -1
     The pdpd start axis.
 out : tuple of two arrays, optional
-    Where to write each result (an entry may be None); exactly its shape and dtype.
-device : {None, "cpu"}
-    Host arrays only in this release. There is no ``act``.
+    Where to write each result (an entry may be None); exactly its shape and dtype. Host
+    operands only.
+device : {None, "cpu", "cuda", "cuda:N"}
+    Where it runs (None: where the operands are). There is no ``act``.
 
 Returns
 -------
@@ -51,7 +52,10 @@ Raises
 ValueError
     Shapes that do not broadcast, a bad ``broadcast``/``axis``, ``out`` of the wrong shape.
 TypeError
-    Complex or non-numeric operands, ``out`` of the wrong dtype, a CUDA or Dask operand.
+    Complex or non-numeric operands, ``out`` of the wrong dtype, ``out`` with CUDA or Dask
+    operands.
+RuntimeError
+    CUDA requested where it cannot run (never a CPU fallback).
 
 Examples
 --------

@@ -147,3 +147,13 @@ def test_refusals_come_before_anything_runs(rng):
         jitops.elementwise_add_grad(a, da, da)
     with pytest.raises(ValueError, match="does not broadcast"):
         jitops.sum_to(da, (4,))
+
+
+@pytest.mark.parametrize("dtype", ["int32", "float64"])
+def test_divmod_is_one_call_of_two_results_on_the_gpu(dtype, rng):
+    x = (rng.standard_normal(40) * 20).astype(dtype)
+    y = (rng.standard_normal(40) * 5).astype(dtype)
+    y[y == 0] = 3
+    q, r = jitops.divmod(cuda.to_device(x), cuda.to_device(y))
+    cq, cr = jitops.divmod(x, y)
+    assert host(q).tobytes() == cq.tobytes() and host(r).tobytes() == cr.tobytes()
