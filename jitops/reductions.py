@@ -220,10 +220,11 @@ def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
 
 
 def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
-                    compute=None, key=None, direct=False):
+                    compute=None, key=None, direct=False, into=None):
     """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
     OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.nary.function_key`
-    of it."""
+    of it; ``into``: per result None or the array a stored result is written into (C-order,
+    aligned, of its frame's shape and dtype, sharing no memory with an input)."""
     if compute is None:
         compute = compute_dtype(_common([a.dtype for a in inputs]))
     size = 1
@@ -246,9 +247,11 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     except ValueError as e:
         raise ValueError(f"jitops.{fname}: {e}") from None
     buffers, status = [], OK
-    for h, dt in zip(launch.results, dtypes):
+    for r, (h, dt) in enumerate(zip(launch.results, dtypes)):
         if h.reduced:
             buffers.append(np.full((h.rows, h.size), identity(h.how, h.acc), h.acc))
+        elif into is not None and into[r] is not None:
+            buffers.append(into[r])
         else:
             buffers.append(np.empty(h.frame, dt))
     if size:
@@ -754,15 +757,17 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     inputs = [v if isinstance(v, np.ndarray) else np.asarray(v, st.common) for v in vals]
     outs = _check_outs(out, st.shapes, st.final, len(st.hows), fname)
     lead = max(range(len(inputs)), key=lambda i: inputs[i].size)
+    into = None if outs is None else [_writable_in_place(o, how, inputs)
+                                      for o, how in zip(outs, st.kernel_hows)]
     results, status = run_pass_status(op.py_func, inputs, st.frames_in, st.space, st.frames,
                                       st.kernel_hows, st.kernel_dtypes, lead, fname,
-                                      st.compute, (op.key, op.cacheable))
+                                      st.compute, (op.key, op.cacheable), into=into)
     if status >= FP_RAISED:
         report(status, fname)
     done = st.finish(results)
     if outs is not None:
-        for o, r in zip(outs, done):
-            if o is not None:
+        for o, r, w in zip(outs, done, into):
+            if o is not None and w is None:  # computed apart (a reduction, an overlap ...)
                 np.copyto(o, r, casting="no")
         done = [r if o is None else o for o, r in zip(outs, done)]
     elif wrap is None:
@@ -806,6 +811,17 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
     done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space, st.frames,
                       results, st.compute, lead, fname, device)
     return tuple(done) if len(done) > 1 else done[0]
+
+
+def _writable_in_place(o, how: str, inputs) -> np.ndarray | None:
+    """``o`` where a stored result can be written straight into it (C order and aligned, as
+    the pass writes its stored results, and sharing no memory with an input, so that no
+    element is read after it was written); else None: computed apart, then copied."""
+    if o is None or how != "store" or not o.flags.c_contiguous or not o.flags.aligned:
+        return None
+    if any(np.may_share_memory(o, a) for a in inputs):
+        return None
+    return o
 
 
 def _chunk_of(op, fname: str, hows: tuple, kernel_dtypes: tuple, axes: tuple, compute):

@@ -304,3 +304,31 @@ def test_any_layout_and_rank_and_the_limits():
     with pytest.raises(TypeError, match="at most 4 results"):
         five(np.ones(3))
     assert jitops.reduce(ident, "sum")(np.float32(2.5)) == 2.5  # a 0-d operand
+
+
+def test_stored_results_are_written_into_out_in_place():
+    """An ``out`` entry that is C-ordered, aligned and apart from the inputs is written by
+    the pass itself (no temporary as large as the result); one overlapping an input is
+    computed apart and copied, with the same values."""
+    import tracemalloc
+
+    a = np.random.default_rng(2).standard_normal(1_000_000)
+    pair = jitops.elementwise(lambda x: (x * 2.0, x + 1.0), reduce=(None, "sum"))
+    o = np.empty_like(a)
+    pair(a, out=(o, None))  # compiled, warm
+    tracemalloc.start()
+    try:
+        got, total = pair(a, out=(o, None))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert got is o and peak < a.nbytes // 4, peak
+    np.testing.assert_array_equal(o, a * 2.0)
+    np.testing.assert_allclose(total, (a + 1.0).sum(), rtol=1e-12)
+    b = a.copy()
+    got, _ = pair(b, out=(b, None))  # out is the input: computed apart, then copied
+    assert got is b
+    np.testing.assert_array_equal(b, a * 2.0)
+    o2 = np.empty((2, a.size))[:, ::2]  # not C-ordered
+    pair(a[::2], out=(o2[0], None))
+    np.testing.assert_array_equal(o2[0], a[::2] * 2.0)
