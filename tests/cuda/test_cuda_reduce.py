@@ -157,3 +157,14 @@ def test_divmod_is_one_call_of_two_results_on_the_gpu(dtype, rng):
     q, r = jitops.divmod(cuda.to_device(x), cuda.to_device(y))
     cq, cr = jitops.divmod(x, y)
     assert host(q).tobytes() == cq.tobytes() and host(r).tobytes() == cr.tobytes()
+
+
+def test_device_views_with_negative_and_gapped_strides():
+    a = np.arange(24, dtype=np.float64).reshape(2, 3, 4)
+    d = cuda.to_device(a)[:, ::-1, ::2]
+    v = a[:, ::-1, ::2]
+    close(host(jitops.sum_to(d, (3, 1))), jitops.sum_to(v, (3, 1)))
+    dx, dy = jitops.elementwise_mul_grad(d, cuda.to_device(np.ones(3)), d, axis=1)
+    cx, cy = jitops.elementwise_mul_grad(v, np.ones(3), v, axis=1)
+    close(host(dx), cx)
+    close(host(dy), cy)
