@@ -139,3 +139,24 @@ def test_the_cpu_plugin_agrees_where_it_keeps_to_its_specification(name):
             assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-4), name  # float32
         else:
             assert np.array_equal(ours, theirs), (name, dt, ours, theirs)
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "int64"])
+def test_floor_division_in_double_is_exact_over_the_whole_range(dtype):
+    """OpenVINO's Divide and Paddle's elementwise_floordiv floor signed integers in double up
+    to 32 bits (it vectorises): exact over the whole range, minimum // -1 wrapping, both
+    broadcast and parallel-sized."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(7)
+    x = rng.integers(info.min, info.max, 200_003, dtype=dtype, endpoint=True)
+    y = rng.integers(info.min, info.max, 200_003, dtype=dtype, endpoint=True)
+    y[y == 0] = 1
+    x[:4], y[:4] = info.min, np.array([-1, 1, info.max, info.min], dtype)
+    with np.errstate(all="ignore"):
+        want = np.floor_divide(x, y)
+    for fn in (jov.Divide, jitops.elementwise_floordiv):
+        assert np.array_equal(fn(x, y), want), fn
+    row = y[:97]
+    with np.errstate(all="ignore"):
+        want = np.floor_divide(x[:97 * 2000].reshape(2000, 97), row)
+    assert np.array_equal(jov.Divide(x[:97 * 2000].reshape(2000, 97), row), want)

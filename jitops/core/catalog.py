@@ -80,7 +80,8 @@ ROWS = {r.name: r for r in (
 #: The scalar entries that refuse a zero divisor before the launch (Paddle's error, raised
 #: as ZeroDivisionError): Paddle's integer division and remainder.
 ZERO_REFUSED = frozenset({"trunc_divide", "trunc_divide_unsigned", "paddle_floor_divide_signed",
-                          "paddle_remainder_signed", "ov_mod_signed", "ov_mod_unsigned"})
+                          "paddle_remainder_signed", "ov_mod_signed", "ov_mod_unsigned",
+                          *(f"paddle_floor_divide_signed_{b}" for b in (8, 16, 32))})
 
 #: Public aliases, as NumPy's (``numpy.mod`` is ``numpy.remainder``).
 ALIASES = {"mod": "remainder"}
@@ -97,6 +98,14 @@ BOOL_ONLY = frozenset({"ov_logical_and", "ov_logical_or", "ov_logical_xor"})
 NO_UNSIGNED = frozenset({"elementwise_mod", "elementwise_pow"})
 
 
+def _paddle_floor(result: np.dtype) -> str:
+    """Paddle's (and OpenVINO's) signed floor division: in double up to 32 bits (it
+    vectorises), else the exact integer loop."""
+    if result.itemsize <= 4 and result.kind == "i":
+        return f"paddle_floor_divide_signed_{8 * result.itemsize}"
+    return "paddle_floor_divide_signed"
+
+
 def _paddle(op: str, result: np.dtype) -> str:
     """The scalar entry of Paddle's ``op`` for ``result`` (Paddle has no unsigned kernel for
     ``elementwise_mod``/``_pow``: refused by the caller)."""
@@ -104,7 +113,7 @@ def _paddle(op: str, result: np.dtype) -> str:
     if op == "elementwise_floordiv":
         if kind == "unsigned":  # floor is truncation; a zero divisor refused before
             return "trunc_divide_unsigned"
-        return "paddle_floor_divide_signed" if kind == "signed" else "floor_divide_float"
+        return _paddle_floor(result) if kind == "signed" else "floor_divide_float"
     if op == "elementwise_mod":
         return f"paddle_remainder_{kind}"
     return f"paddle_power_int_{8 * result.itemsize}" if kind == "signed" else "power_float"
@@ -126,7 +135,9 @@ def _openvino(op: str, result: np.dtype) -> str:
     if kind == "float":
         return {"ov_divide": "divide", "ov_divide_trunc": "divide",
                 "ov_floor_mod": "ov_floor_mod_float", "ov_mod": "ov_mod_float"}[op]
-    return {"ov_divide": "paddle_floor_divide_signed", "ov_divide_trunc": "trunc_divide",
+    if op == "ov_divide":
+        return _paddle_floor(result)
+    return {"ov_divide_trunc": "trunc_divide",
             "ov_floor_mod": "paddle_remainder_signed", "ov_mod": "ov_mod_signed"}[op]
 
 
@@ -179,7 +190,9 @@ QUIET = frozenset(
                                   "paddle_power_int") for bits in (8, 16, 32, 64)]
     # OpenVINO's own entries: the opset reports no floating-point exceptions
     + ["ov_floor_mod_float", "ov_mod_float", "ov_squared_difference", "ov_maximum",
-       "ov_minimum", "ov_mod_signed", "ov_mod_unsigned"])
+       "ov_minimum", "ov_mod_signed", "ov_mod_unsigned"]
+    # Paddle's and OpenVINO's floor division in double: a framework's, reporting nothing
+    + [f"paddle_floor_divide_signed_{bits}" for bits in (8, 16, 32)])
 
 
 def decided(op: str, scalar: int, dtype: np.dtype, scalar_first: bool) -> bool | None:

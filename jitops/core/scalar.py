@@ -529,6 +529,23 @@ def paddle_floor_divide_signed(a, b, T):
     return T(a // b)
 
 
+def _paddle_floor_divide_narrow(bits):
+    """Paddle's (and OpenVINO's) floor division of signed integers of at most 32 bits, in
+    double, as :func:`_floor_divide_narrow` (exact, and it vectorises): no zero divisor
+    reaches it (refused before the launch) and no flag is reported; minimum // -1 wraps to
+    the minimum."""
+    top = 2.0 ** (bits - 1)
+
+    def paddle_floor_divide_narrow(a, b, T):
+        q = floor_f(double(a) / double(b))
+        return T(q - (2.0 * top if q == top else 0.0))
+
+    return paddle_floor_divide_narrow
+
+
+PADDLE_NARROW_FLOOR_DIVIDES = {bits: _paddle_floor_divide_narrow(bits) for bits in (8, 16, 32)}
+
+
 def paddle_remainder_float(a, b, T):
     """Python's remainder from ``fmod``, but a zero keeps the dividend's sign (``-6 % 3`` is
     -0.0, NumPy's +0.0); NaN for a zero divisor."""
@@ -816,6 +833,8 @@ for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f
 for _bits, _f in NARROW_FLOOR_DIVIDES.items():
     OPS[f"floor_divide_signed_{_bits}"] = _f
+for _bits, _f in PADDLE_NARROW_FLOOR_DIVIDES.items():
+    OPS[f"paddle_floor_divide_signed_{_bits}"] = _f
 for _name, _f in NARROW_REMAINDERS.items():
     OPS[f"{_name}_narrow"] = _f
 for _bits, _f in NEXTAFTERS.items():
