@@ -154,33 +154,36 @@ def _on_cuda(operands, device=None, fname: str = "") -> bool:
 
 
 def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames, results,
-               compute, lead: int, fname: str, device=None) -> list:
+               compute, lead: int, fname: str, device=None, outs=None) -> list:
     """:func:`run_pass` on the GPU (jitops.cuda.reduce): the operands' GPU and stream, host
     operands uploaded as the elementwise ops' are; ``results`` are jitops.cuda.reduce.Result
-    with each result's accumulator still to fill in from the function's values."""
+    with each result's accumulator still to fill in from the function's values; ``outs``
+    (checked): per result None or the CUDA array it is copied into once computed (so any
+    overlap with an operand is safe)."""
     from .cuda import reduce as on_gpu
     from .cuda.backend import memory, on_device
 
-    mem = memory(device, operands, None, fname)
+    given = [o for o in outs or () if o is not None]
+    mem = memory(device, [*operands, *given], None, fname)
     with on_device(mem):
         ins = []
         for v in operands:
             v = v if mem.owns(v) else mem.from_host(np.asarray(v))
             dt = mem.dtype(v)
-            if is_bfloat16(dt) or dt.kind == "c":
-                raise TypeError(f"jitops.{fname}: a {dt} operand; on CUDA, reductions and "
-                                f"several results take bool, integer and float16/32/64 "
-                                f"operands in this release")
+            if is_bfloat16(dt):
+                raise TypeError(f"jitops.{fname}: bfloat16 runs on the CPU backend only (the "
+                                f"CUDA kernels have no bfloat16 loads and stores yet)")
             ins.append(mem.ready(v))
         values, several = _values(fn, key, compute, len(ins), len(frames))
         for r, v in zip(results, values):
             if r.how != "store":
-                if v.kind == "c":
-                    raise TypeError(f"jitops.{fname}: complex results are not reduced on "
-                                    f"CUDA in this release")
                 r.acc = accumulator(r.how, v)
-        return on_gpu.run_pass(mem, fn, key, cacheable, ins, frames_in, tuple(space), frames,
+        done = on_gpu.run_pass(mem, fn, key, cacheable, ins, frames_in, tuple(space), frames,
                                results, compute, several, lead)
+        for o, r in zip(outs or (), done):
+            if o is not None:
+                mem.copy_into(o, r)
+    return done if outs is None else [r if o is None else o for o, r in zip(outs, done)]
 
 
 class _Held:
@@ -783,9 +786,6 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
     from .cuda.reduce import Result
 
     fname = op.__name__
-    if out is not None:
-        raise TypeError(f"jitops.{fname}: out= is not supported on CUDA for a function of "
-                        f"several results, or with reduce=, in this release")
     mem = CudaMemory(0, None, "numba")  # only reads the interfaces
     vals, shapes = [], []
     for v in operands:
@@ -807,10 +807,37 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
                for kh, dt, fd, shape, how in zip(st.kernel_hows, st.kernel_dtypes, st.final,
                                                  st.shapes, st.hows)]
     lead = max(range(len(shapes)), key=lambda i: int(np.prod(shapes[i])))
+    outs = _check_cuda_outs(mem, out, st, fname)
     st.warn_empty_means()  # (a GPU keeps no floating-point flags: no *invalid* after it)
-    done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space, st.frames,
-                      results, st.compute, lead, fname, device)
+    done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space,
+                      st.frames, results, st.compute, lead, fname, device, outs)
     return tuple(done) if len(done) > 1 else done[0]
+
+
+def _check_cuda_outs(mem, out, st: _Settled, fname: str):
+    """``out`` as one entry per result (None: a new array), each a CUDA array of exactly the
+    result's shape and dtype, writeable; checked before anything runs."""
+    if out is None:
+        return None
+    outs = out if isinstance(out, tuple) else (out,)
+    if len(outs) != len(st.hows):
+        raise ValueError(f"jitops.{fname}: out= has {len(outs)} entries for {len(st.hows)} "
+                         f"results")
+    for i, (o, shape, dt) in enumerate(zip(outs, st.shapes, st.final)):
+        if o is None:
+            continue
+        if not mem.owns(o):
+            raise TypeError(f"jitops.{fname}: out[{i}] must be a CUDA array beside CUDA "
+                            f"operands, got {type(o).__name__}")
+        if tuple(mem.shape(o)) != tuple(shape):
+            raise ValueError(f"jitops.{fname}: out[{i}] has shape {tuple(mem.shape(o))}, the "
+                             f"result {tuple(shape)}")
+        if mem.dtype(o) != dt:
+            raise TypeError(f"jitops.{fname}: out[{i}] has dtype {mem.dtype(o)}, the result "
+                            f"{dt}")
+        if not mem.writeable(o):
+            raise ValueError(f"jitops.{fname}: out[{i}] is read-only")
+    return outs
 
 
 def _writable_in_place(o, how: str, inputs) -> np.ndarray | None:

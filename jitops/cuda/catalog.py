@@ -180,8 +180,9 @@ def reduce_types(spec: CudaSpec, nd: int) -> tuple:
             types.int64, types.int64, types.int64)
 
 
-#: What a reduction's values may be on CUDA (jitops.reductions refuses complex, bfloat16).
-REDUCED = tuple(d for d in SUPPORTED if d.kind != "c")
+#: What a reduction's values may be on CUDA (bfloat16 runs on the CPU only): every dtype,
+#: complex ones but for max and min (which NumPy's rules refuse).
+REDUCED = SUPPORTED
 
 
 def reductions() -> Iterator[tuple[str, str, tuple]]:
@@ -198,6 +199,8 @@ def reductions() -> Iterator[tuple[str, str, tuple]]:
     key = key_of(grads.identity)
     register(key, grads.identity, False)
     for how, dt in itertools.product(("sum", "prod", "max", "min", "any", "all"), REDUCED):
+        if dt.kind == "c" and how in ("max", "min"):
+            continue
         compute = compute_dtype(dt)
         acc = accumulator(how, compute)
         s = CudaSpec(key, None, (dt,), acc, compute, True, None, how)
@@ -210,9 +213,9 @@ def reductions() -> Iterator[tuple[str, str, tuple]]:
         if final != acc:
             yield "contig", f"reduce {how} {dt} finish", contig_types(
                 finish_spec(acc, final, False))
-    for dt in ("float16", "float32", "float64"):
-        yield "contig", f"mean {dt} finish", contig_types(
-            finish_spec(np.dtype(np.float64), np.dtype(dt), True))
+    for dt in ("float16", "float32", "float64", "complex64", "complex128"):
+        acc = np.dtype(np.complex128 if np.dtype(dt).kind == "c" else np.float64)
+        yield "contig", f"mean {dt} finish", contig_types(finish_spec(acc, np.dtype(dt), True))
     for name, dt in itertools.product(sorted(grads.RULES), ("float16", "float32", "float64")):
         rule, dt = grads.RULES[name], np.dtype(dt)
         if rule is grads.identity:

@@ -34,6 +34,12 @@ def _mean_value(v, n):
     return v / n
 
 
+def _mean_complex(v, s):
+    """A complex accumulator over its count as NumPy divides it (Smith's division by ``n +
+    0j``: each part times ``s = 1 / n``, the other part times 0 added first)."""
+    return complex((v.real + v.imag * 0.0) * s.real, (v.imag - v.real * 0.0) * s.real)
+
+
 @functools.lru_cache(maxsize=64)
 def key_of(fn) -> str:
     """The key of one of jitops' own scalar functions (from its source file's hash: once)."""
@@ -121,14 +127,14 @@ def again_spec(how: str, acc: np.dtype) -> CudaSpec:
 
 
 def finish_spec(acc: np.dtype, dtype: np.dtype, mean: bool) -> CudaSpec:
-    """The spec rounding accumulators of ``acc`` to ``dtype`` (``mean``: divided by a float64
-    count, its second input, first)."""
-    fn = _mean_value if mean else _cast_value
+    """The spec rounding accumulators of ``acc`` to ``dtype`` (``mean``: divided by their
+    count first, its second input: a float64 count, or for complex its complex128 inverse)."""
+    fn = (_mean_complex if acc.kind == "c" else _mean_value) if mean else _cast_value
     key = key_of(fn)
     register(key, fn, False)
     if mean:
-        f64 = np.dtype(np.float64)
-        return CudaSpec(key, None, (acc, f64), dtype, f64)
+        c = np.dtype(np.complex128 if acc.kind == "c" else np.float64)
+        return CudaSpec(key, None, (acc, c), dtype, c)
     return CudaSpec(key, None, (acc,), dtype, acc)
 
 
@@ -139,5 +145,6 @@ def _finish(mem: CudaMemory, res: Result, part, span, rows: int) -> None:
     if res.count is None:
         _run(mem, spec, make_plan(((rows,),), ((1,),), "none", -1, (1,)), span, part)
         return
-    n = mem.from_host(np.array(float(res.count)))
+    n = mem.from_host(np.array(float(res.count)) if res.acc.kind != "c" else
+                      np.array(complex(1.0 / res.count if res.count else np.inf, 0.0)))
     _run(mem, spec, make_plan(((rows,), ()), ((1,), ()), "numpy", -1, (1,)), span, part, n)
