@@ -815,8 +815,10 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
 
 
 def _check_cuda_outs(mem, out, st: _Settled, fname: str):
-    """``out`` as one entry per result (None: a new array), each a CUDA array of exactly the
-    result's shape and dtype, writeable; checked before anything runs."""
+    """``out`` as one entry per result (None: a new array), each checked as a single-result
+    call's ``out`` is (jitops.core.pipeline.check_out) before anything runs."""
+    from .core.pipeline import check_out
+
     if out is None:
         return None
     outs = out if isinstance(out, tuple) else (out,)
@@ -824,19 +826,8 @@ def _check_cuda_outs(mem, out, st: _Settled, fname: str):
         raise ValueError(f"jitops.{fname}: out= has {len(outs)} entries for {len(st.hows)} "
                          f"results")
     for i, (o, shape, dt) in enumerate(zip(outs, st.shapes, st.final)):
-        if o is None:
-            continue
-        if not mem.owns(o):
-            raise TypeError(f"jitops.{fname}: out[{i}] must be a CUDA array beside CUDA "
-                            f"operands, got {type(o).__name__}")
-        if tuple(mem.shape(o)) != tuple(shape):
-            raise ValueError(f"jitops.{fname}: out[{i}] has shape {tuple(mem.shape(o))}, the "
-                             f"result {tuple(shape)}")
-        if mem.dtype(o) != dt:
-            raise TypeError(f"jitops.{fname}: out[{i}] has dtype {mem.dtype(o)}, the result "
-                            f"{dt}")
-        if not mem.writeable(o):
-            raise ValueError(f"jitops.{fname}: out[{i}] is read-only")
+        if o is not None:
+            check_out(mem, o, tuple(shape), dt, f"{fname} (out[{i}])")
     return outs
 
 

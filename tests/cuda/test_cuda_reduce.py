@@ -137,11 +137,11 @@ def test_refusals_come_before_anything_runs(rng):
     a = rng.standard_normal((2, 3))
     da = cuda.to_device(a)
     op = jitops.elementwise(lambda v: v, reduce="sum")
-    with pytest.raises(TypeError, match="out\\[0\\] must be a CUDA array"):
+    with pytest.raises(TypeError, match="out\\[0\\]\\): out must be a CUDA array"):
         op(da, out=np.zeros(()))
-    with pytest.raises(TypeError, match="out\\[0\\] has dtype float32"):
+    with pytest.raises(TypeError, match="out\\[0\\]\\): out has dtype float32"):
         op(da, out=cuda.device_array((), np.float32))
-    with pytest.raises(ValueError, match="out\\[0\\] has shape"):
+    with pytest.raises(ValueError, match="out\\[0\\]\\): out has shape"):
         op(da, out=cuda.device_array((2,), np.float64))
     with pytest.raises(TypeError, match="gradients are computed for float16, float32"):
         jitops.elementwise_add_grad(cuda.to_device(np.ones(3, np.int32)), da, da)
