@@ -172,10 +172,11 @@ def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:
         yield from emit("strided", f"user {fn.__name__} {dt} nd=2", strided_types(u, 2, True))
 
 
-def reduce_types(spec: CudaSpec, nd: int) -> tuple:
+def reduce_types(spec: CudaSpec, nd: int, small: bool = True) -> tuple:
     ins = tuple(_span(d) for d in spec.inputs)
     st = types.UniTuple(types.int64, nd)
-    return (spec.numba_type, types.Tuple(ins), _span(spec.out), st, st,
+    shape = types.UniTuple(types.uint64 if small else types.int64, nd)
+    return (spec.numba_type, types.Tuple(ins), _span(spec.out), shape, st,
             types.Tuple((st,) * len(ins)), types.UniTuple(types.int64, len(ins) + 1),
             types.int64, types.int64, types.int64)
 
@@ -205,6 +206,8 @@ def reductions() -> Iterator[tuple[str, str, tuple]]:
         acc = accumulator(how, compute)
         s = CudaSpec(key, None, (dt,), acc, compute, True, None, how)
         yield "reduce_rows", f"reduce {how} {dt}", reduce_types(s, 2)
+        if how == "sum" and dt.kind == "f":  # past 2**31 elements: int64 indexing
+            yield "reduce_rows", f"reduce {how} {dt} large", reduce_types(s, 2, small=False)
         if (how, acc) not in seen:
             seen.add((how, acc))
             yield "reduce_rows", f"reduce {how} partials {acc}", reduce_types(

@@ -23,7 +23,7 @@ from ..core.reduction import segments
 from ..cpu.nary import function_key
 from . import kernels
 from .backend import CudaMemory, _flat, _launch, _run
-from .spec import CudaSpec, register
+from .spec import CudaSpec, magic, register
 
 
 def _cast_value(v):
@@ -111,7 +111,7 @@ def _reduce(mem: CudaMemory, spec: CudaSpec, spans: list, shape, istr, starts, r
             mem.empty((nblocks,), acc, None)
         blocks = max(kernels.MIN_BLOCKS, min(nblocks, 8 * kernels.MIN_BLOCKS))  # the rest loop
         _launch("reduce_rows", blocks, kernels.REDUCE_THREADS, mem,
-                (spec, tuple(spans), _flat(mem, part)[0], tuple(int(n) for n in shape),
+                (spec, tuple(spans), _flat(mem, part)[0], shape_words(shape, rows * length),
                  (0,) * len(shape), tuple(tuple(int(s) for s in st) for st in istr),
                  (0, *starts), length, groups, nblocks))
         if groups == 1:
@@ -119,6 +119,15 @@ def _reduce(mem: CudaMemory, spec: CudaSpec, spans: list, shape, istr, starts, r
         spec, spans, shape, istr, starts, length = (again, [_flat(mem, part)[0]],
                                                     (rows, groups), ((groups, 1),), (0,),
                                                     groups)
+
+
+def shape_words(shape, total: int) -> tuple:
+    """A reduction's space as kernel arguments: each dimension a :func:`~jitops.cuda.spec.magic`
+    word where every linear index (``total`` of them) fits in 31 bits (a division by it is
+    then a multiply-high), else int64 (as the map kernels' ``strided``)."""
+    if 0 < total < 2**31 and all(n > 0 for n in shape):
+        return tuple(np.uint64(magic(int(n))) for n in shape)
+    return tuple(int(n) for n in shape)
 
 
 def again_spec(how: str, acc: np.dtype) -> CudaSpec:

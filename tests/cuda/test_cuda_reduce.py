@@ -195,3 +195,18 @@ def test_out_entries_are_written(rng):
     r0, r1 = pair(da, out=(da, None))  # out is the operand: computed apart, then copied
     assert r0 is da
     close(host(da), w0)
+
+
+def test_magic_and_int64_indexing_agree(monkeypatch, rng):
+    """Below 2**31 elements the reduction's dimensions go to the kernel as magic words
+    (a division is a multiply-high); past it, or with an empty dimension, as int64: both
+    give the same bits."""
+    from jitops.cuda import reduce as on_gpu
+
+    assert all(isinstance(w, np.uint64) for w in on_gpu.shape_words((4, 5), 20))
+    assert on_gpu.shape_words((2**16, 2**16), 2**32) == (2**16, 2**16)
+    assert on_gpu.shape_words((3, 0), 0) == (3, 0)
+    d = cuda.to_device(rng.standard_normal((3, 7, 50)))
+    packed = host(jitops.sum_to(d, (7, 1)))
+    monkeypatch.setattr(on_gpu, "shape_words", lambda shape, total: tuple(map(int, shape)))
+    assert host(jitops.sum_to(d, (7, 1))).tobytes() == packed.tobytes()
