@@ -218,6 +218,10 @@ def test_the_cuda_section_renders_call_and_kernel_times():
                     "| 40.0 µs (0.10×) | 33.0 µs (1.10×) |")
     assert cuda_bench.markdown({"available": False, "reason": "no GPU"}) == \
         "CUDA: not run (no GPU)."
+    failed = {"key": "k", "title": "sum_to", "error": "TypeError: why"}
+    md = cuda_bench.markdown({"available": True, "device": "GPU", "peak_GBps": 4800.0,
+                              "rows": [row, failed]})
+    assert md.splitlines()[-1] == "| sum_to | failed: TypeError: why | - | - | - | - | - | - |"
 
 
 @pytest.mark.parametrize("key", ["floordiv_i32_scalar", "power_f32", "greater_f32_1e4",

@@ -30,6 +30,61 @@ CASES = (  # (key, title, x shape, y shape, broadcast, axis)
 )
 
 
+#: jitops' reductions (jitops.cuda.reduce) against the contenders' own sums: (key, title).
+REDUCE_CASES = (
+    ("sum_to_channels", "sum_to (32, 64, 56, 56) -> (64,), pdpd axis 1 (others: sum over "
+     "axes 0, 2, 3)"),
+    ("sq_diff_sum", "sum((a - b) ** 2), two 1e7 float32 (jitops.reduce: one pass)"),
+)
+
+
+def _sq_diff(a, b):
+    d = a - b
+    return d * d
+
+
+def reduction_row(key: str, title: str, contenders: dict, rounds: int, peak: float,
+                  shrink: int = 1) -> dict:
+    """One row of :data:`REDUCE_CASES` (sizes divided by ``shrink``: the tests' smoke run).
+    jitops runs on PyTorch tensors where PyTorch has CUDA (its allocator, which the
+    reductions' partials come from, does not synchronise the device), else Numba arrays."""
+    from numba import cuda
+
+    import jitops
+
+    rng = np.random.default_rng(1)
+    if key == "sum_to_channels":
+        n, m = max(1, 32 // shrink), max(1, 56 // shrink)
+        host = [rng.standard_normal((n, 64, m, m), dtype=np.float32)]
+    else:
+        host = [rng.standard_normal(10_000_000 // shrink, dtype=np.float32) for _ in range(2)]
+    th, cp = contenders.get("torch"), contenders.get("cupy")
+    dev = [th.as_tensor(a, device="cuda") for a in host] if th is not None else \
+        [cuda.to_device(a) for a in host]
+    if key == "sum_to_channels":
+        fns = {"jitops": lambda: jitops.sum_to(dev[0], (64,), broadcast="pdpd", axis=1)}
+        if th is not None:
+            fns["torch"] = lambda: dev[0].sum(dim=(0, 2, 3))
+        if cp is not None:
+            cx = cp.asarray(dev[0])
+            fns["cupy"] = lambda: cx.sum(axis=(0, 2, 3))
+    else:
+        op = jitops.reduce(_sq_diff, "sum")
+        fns = {"jitops": lambda: op(dev[0], dev[1])}
+        if th is not None:
+            fns["torch"] = lambda: ((dev[0] - dev[1]) ** 2).sum()
+        if cp is not None:
+            ca, cb = cp.asarray(dev[0]), cp.asarray(dev[1])
+            fns["cupy"] = lambda: ((ca - cb) ** 2).sum()
+    moved = sum(a.nbytes for a in host)  # each input read once (the results are small)
+    t = {k: _time(f, rounds) for k, f in fns.items()}
+    g = {k: _time(f, rounds, queued=4) for k, f in fns.items()}
+    return {"key": key, "title": title, "median_s": t, "kernel_s": g,
+            "fraction_of_peak": moved / g["jitops"] / peak,
+            "ratios": {k: v / t["jitops"] for k, v in t.items() if k != "jitops"},
+            "kernel_ratios": {k: v / g["jitops"] for k, v in g.items() if k != "jitops"}}
+
+
 def peak_bandwidth(dev) -> float:
     """Theoretical DRAM bandwidth of a Numba device, bytes/s (DDR: two transfers a clock)."""
     clock_khz = dev.MEMORY_CLOCK_RATE
@@ -125,6 +180,12 @@ def run(scale: float, progress) -> dict:
                      "ratios": {k: v / t["jitops"] for k, v in t.items() if k != "jitops"},
                      "kernel_ratios": {k: v / g["jitops"] for k, v in g.items()
                                        if k != "jitops"}})
+    for key, title in REDUCE_CASES:
+        progress(f"cuda: {title} ...")
+        try:
+            rows.append(reduction_row(key, title, contenders, rounds, peak))
+        except Exception as e:  # a row that fails says why; the others stand
+            rows.append({"key": key, "title": title, "error": f"{type(e).__name__}: {e}"})
     return {"available": True, "device": dev.name.decode() if isinstance(dev.name, bytes)
             else str(dev.name), "peak_GBps": peak / 1e9, "rows": rows}
 
@@ -139,6 +200,9 @@ def markdown(result: dict) -> str:
              "| CuPy kernel | PyTorch call | PyTorch kernel |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
+        if "error" in r:
+            lines.append(f"| {r['title']} | failed: {r['error'][:200]} | - | - | - | - | - | - |")
+            continue
         t, g = r["median_s"], r.get("kernel_s", {})
         cells = []
         for k in ("cupy", "torch"):

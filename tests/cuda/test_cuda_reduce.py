@@ -210,3 +210,18 @@ def test_magic_and_int64_indexing_agree(monkeypatch, rng):
     packed = host(jitops.sum_to(d, (7, 1)))
     monkeypatch.setattr(on_gpu, "shape_words", lambda shape, total: tuple(map(int, shape)))
     assert host(jitops.sum_to(d, (7, 1))).tobytes() == packed.tobytes()
+
+
+@pytest.mark.parametrize("key", ["sum_to_channels", "sq_diff_sum"])
+def test_the_cuda_benchmark_reduction_rows_run(key, monkeypatch):
+    """The CUDA benchmark's reduction rows, shrunk, with the timer replaced by one call: each
+    contender runs and the row has the table's fields (its times come from a GPU only)."""
+    from jitops.bench import cuda_bench
+
+    calls = []
+    monkeypatch.setattr(cuda_bench, "_time", lambda fn, rounds, queued=0: (
+        calls.append(fn()), 1e-3)[1])
+    title = dict(cuda_bench.REDUCE_CASES)[key]
+    row = cuda_bench.reduction_row(key, title, {}, 1, 1e12, shrink=10_000)
+    assert row["median_s"]["jitops"] == 1e-3 and row["fraction_of_peak"] > 0
+    assert len(calls) == 2 and all(is_cuda_array(c) for c in calls)
