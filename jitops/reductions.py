@@ -351,9 +351,7 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
         g = _host(g, "g", fname)
     mode = normalize_mode(broadcast)
     shape = _shape_arg(shape, fname)
-    if g.dtype.kind not in "iufc" and not is_bfloat16(g.dtype):
-        raise TypeError(f"jitops.sum_to: g has dtype {g.dtype}; sum_to sums numbers "
-                        f"(bool and non-numeric arrays are refused)")
+    _check_summable(g.dtype)
     frame = _frame_of(tuple(g.shape), shape, mode, axis)
     if lazy:  # per-chunk float64 partials, Dask's tree sum, rounded once
         axes = tuple(d for d, (n, f) in enumerate(zip(g.shape, frame)) if f == 1 and n != 1)
@@ -374,6 +372,12 @@ def _shape_arg(shape, fname: str) -> tuple[int, ...]:
                         f"{type(shape).__name__}") from None
 
 
+def _check_summable(dt: np.dtype) -> None:
+    if dt.kind not in "iufc" and not is_bfloat16(dt):
+        raise TypeError(f"jitops.sum_to: g has dtype {dt}; sum_to sums numbers "
+                        f"(bool and non-numeric arrays are refused)")
+
+
 def _sum_to_cuda(g, shape, mode: str, axis: int):
     from .cuda.backend import CudaMemory
     from .cuda.reduce import Result
@@ -382,9 +386,7 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
     shape = _shape_arg(shape, fname)
     mem = CudaMemory(0, None, "numba")  # only reads g's interface
     dt, gshape = mem.dtype(g), tuple(mem.shape(g))
-    if dt.kind not in "iufc" and not is_bfloat16(dt):
-        raise TypeError(f"jitops.sum_to: g has dtype {dt}; sum_to sums numbers "
-                        f"(bool and non-numeric arrays are refused)")
+    _check_summable(dt)
     frame = _frame_of(gshape, shape, mode, axis)
     how = "store" if tuple(frame) == gshape else "sum"
     key, cacheable = _key_of(grads.identity)
@@ -411,13 +413,8 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
         if v.dtype.kind != "f" and not is_bfloat16(v.dtype):
             raise TypeError(f"jitops.{fname}: {n} has dtype {v.dtype}; gradients are "
                             f"computed for float16, bfloat16, float32 and float64")
-    mode = normalize_mode(broadcast)
-    space, (fx, fy) = align_all((x.shape, y.shape), mode, axis)
-    if tuple(dout.shape) != tuple(space):
-        raise ValueError(f"jitops.{fname}: dout has shape {dout.shape}, but x {x.shape} and "
-                         f"y {y.shape} broadcast to {space} (broadcast={mode!r}"
-                         + (f", axis={axis})" if mode == "pdpd" else ")"))
-    hows = ["store" if tuple(f) == tuple(space) else "sum" for f in (fx, fy)]
+    space, (fx, fy), hows = _grad_geometry(x.shape, y.shape, dout.shape,
+                                           normalize_mode(broadcast), axis, fname)
     rule = grads.RULES[grads.rule_name(op, ties)]
     if lazy:
         return _grads_lazy(rule, (x, y, dout), (fx, fy, space), space, hows,
@@ -428,6 +425,17 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
     if wrap is not None:
         return wrap(dx), wrap(dy)
     return dx, dy
+
+
+def _grad_geometry(xs, ys, ds, mode: str, axis: int, fname: str):
+    """The broadcast space of x and y, their frames in it, and per side ``store`` (x or y is
+    the full shape) or ``sum``; ValueError where ``dout`` is not of that shape."""
+    space, (fx, fy) = align_all((tuple(xs), tuple(ys)), mode, axis)
+    if tuple(ds) != tuple(space):
+        raise ValueError(f"jitops.{fname}: dout has shape {tuple(ds)}, but x {tuple(xs)} and "
+                         f"y {tuple(ys)} broadcast to {space} (broadcast={mode!r}"
+                         + (f", axis={axis})" if mode == "pdpd" else ")"))
+    return space, (fx, fy), ["store" if tuple(f) == tuple(space) else "sum" for f in (fx, fy)]
 
 
 def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
@@ -447,15 +455,10 @@ def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
                             f"for float16, float32 and float64 on CUDA")
         desc[n] = (tuple(mem.shape(v)), dt)
     (xs, xd), (ys, yd), (ds, dd) = desc["x"], desc["y"], desc["dout"]
-    space, (fx, fy) = align_all((xs, ys), mode, axis)
-    if ds != tuple(space):
-        raise ValueError(f"jitops.{fname}: dout has shape {ds}, but x {xs} and y {ys} "
-                         f"broadcast to {space} (broadcast={mode!r}"
-                         + (f", axis={axis})" if mode == "pdpd" else ")"))
+    space, (fx, fy), hows = _grad_geometry(xs, ys, ds, mode, axis, fname)
     rule = grads.RULES[grads.rule_name(op, ties)]
     key, cacheable = _key_of(rule)
-    results = [Result("store" if tuple(f) == tuple(space) else "sum", None, dt, s)
-               for f, s, dt in ((fx, xs, xd), (fy, ys, yd))]
+    results = [Result(h, None, dt, s) for h, s, dt in zip(hows, (xs, ys), (xd, yd))]
     dx, dy = _cuda_pass(rule, key, cacheable, [x, y, dout], [fx, fy, space], space, [fx, fy],
                         results, compute_dtype(_common([xd, yd, dd])), 2, fname)
     return dx, dy

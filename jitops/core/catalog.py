@@ -77,11 +77,15 @@ ROWS = {r.name: r for r in (
     Row("ov_logical_xor", np.logical_xor, LOGICAL, "openvino"),
 )}
 
+#: Paddle's (and OpenVINO's) signed floor division in double, by width: no zero divisor
+#: reaches it, and it reports no flag.
+_PADDLE_NARROW = tuple(f"paddle_floor_divide_signed_{b}" for b in (8, 16, 32))
+
 #: The scalar entries that refuse a zero divisor before the launch (Paddle's error, raised
 #: as ZeroDivisionError): Paddle's integer division and remainder.
 ZERO_REFUSED = frozenset({"trunc_divide", "trunc_divide_unsigned", "paddle_floor_divide_signed",
                           "paddle_remainder_signed", "ov_mod_signed", "ov_mod_unsigned",
-                          *(f"paddle_floor_divide_signed_{b}" for b in (8, 16, 32))})
+                          *_PADDLE_NARROW})
 
 #: Public aliases, as NumPy's (``numpy.mod`` is ``numpy.remainder``).
 ALIASES = {"mod": "remainder"}
@@ -192,7 +196,7 @@ QUIET = frozenset(
     + ["ov_floor_mod_float", "ov_mod_float", "ov_squared_difference", "ov_maximum",
        "ov_minimum", "ov_mod_signed", "ov_mod_unsigned"]
     # Paddle's and OpenVINO's floor division in double: a framework's, reporting nothing
-    + [f"paddle_floor_divide_signed_{bits}" for bits in (8, 16, 32)])
+    + list(_PADDLE_NARROW))
 
 
 def decided(op: str, scalar: int, dtype: np.dtype, scalar_first: bool) -> bool | None:

@@ -420,8 +420,8 @@ def _remainder_narrow(dividend_sign: bool):
     return remainder_narrow
 
 
-#: (op, signed) -> the narrow loop's entry: remainder and fmod, signed and unsigned alike
-#: (for unsigned integers the two agree).
+#: op -> its narrow loop's entry, remainder and fmod: signed and unsigned integers alike
+#: (for unsigned ones the two agree).
 NARROW_REMAINDERS = {"remainder": _remainder_narrow(False), "fmod": _remainder_narrow(True)}
 
 
