@@ -12,6 +12,7 @@ inf; comparisons with NaN are not *invalid*).
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from typing import Any
 
@@ -153,18 +154,38 @@ def _on_cuda(operands, device=None, fname: str = "") -> bool:
     return select(device, operands, None, fname) != "cpu"
 
 
+def _pass_key(tag: tuple, operands) -> tuple | None:
+    """The key a CUDA pass of this entry (``tag``: its name and arguments) on ``operands``
+    may have been remembered under (jitops.cuda.repeat.pass_key)."""
+    from .cuda import repeat
+
+    return repeat.pass_key(tag, operands)
+
+
+def _pass_again(found, operands) -> list | None:
+    """The remembered pass's results launched again on ``operands``, or None."""
+    from .cuda import repeat
+
+    return repeat.pass_again(found, operands)
+
+
 def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames, results,
-               compute, lead: int, fname: str, device=None, outs=None) -> list:
+               compute, lead: int, fname: str, device=None, outs=None, found=None) -> list:
     """:func:`run_pass` on the GPU (jitops.cuda.reduce): the operands' GPU and stream, host
     operands uploaded as the elementwise ops' are; ``results`` are jitops.cuda.reduce.Result
     with each result's accumulator still to fill in from the function's values; ``outs``
     (checked): per result None or the CUDA array it is copied into once computed (so any
-    overlap with an operand is safe)."""
+    overlap with an operand is safe). ``found``: the call's :func:`_pass_key`, under which a
+    pass with no ``outs`` over a non-empty space is remembered (jitops.cuda.repeat), so that
+    a repeat launches it again without planning."""
     from .cuda import reduce as on_gpu
+    from .cuda import repeat
     from .cuda.backend import memory, on_device
 
     given = [o for o in outs or () if o is not None]
     mem = memory(device, [*operands, *given], None, fname)
+    if found is not None and not given and math.prod(space):
+        mem.made = []  # an empty space is not remembered: an empty mean warns every time
     with on_device(mem):
         ins = []
         for v in operands:
@@ -180,6 +201,8 @@ def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames
                 r.acc = accumulator(r.how, v)
         done = on_gpu.run_pass(mem, fn, key, cacheable, ins, frames_in, tuple(space), frames,
                                results, compute, several, lead)
+        if mem.made is not None:
+            repeat.remember_pass(found, mem, operands, ins, done)
         for o, r in zip(outs or (), done):
             if o is not None:
                 mem.copy_into(o, r)
@@ -383,6 +406,10 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
     from .cuda.reduce import Result
 
     fname = "sum_to"
+    found = _pass_key((fname, type(shape), shape, mode, type(axis), axis), (g,))
+    again = _pass_again(found, (g,))
+    if again is not None:
+        return again[0]
     shape = _shape_arg(shape, fname)
     mem = CudaMemory(0, None, "numba")  # only reads g's interface
     dt, gshape = mem.dtype(g), tuple(mem.shape(g))
@@ -391,7 +418,8 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
     how = "store" if tuple(frame) == gshape else "sum"
     key, cacheable = _key_of(grads.identity)
     (res,) = _cuda_pass(grads.identity, key, cacheable, [g], [gshape], gshape, [frame],
-                        [Result(how, None, dt, shape)], compute_dtype(dt), 0, fname)
+                        [Result(how, None, dt, shape)], compute_dtype(dt), 0, fname,
+                        found=found)
     return res
 
 
@@ -443,6 +471,10 @@ def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
     from .cuda.reduce import Result
 
     fname = f"elementwise_{op}_grad"
+    found = _pass_key((fname, type(axis), axis, mode, ties), (x, y, dout))
+    again = _pass_again(found, (x, y, dout))
+    if again is not None:
+        return again[0], again[1]
     mem = CudaMemory(0, None, "numba")  # only reads the interfaces
     desc = {}
     for v, n in ((x, "x"), (y, "y"), (dout, "dout")):
@@ -460,7 +492,8 @@ def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
     key, cacheable = _key_of(rule)
     results = [Result(h, None, dt, s) for h, s, dt in zip(hows, (xs, ys), (xd, yd))]
     dx, dy = _cuda_pass(rule, key, cacheable, [x, y, dout], [fx, fy, space], space, [fx, fy],
-                        results, compute_dtype(_common([xd, yd, dd])), 2, fname)
+                        results, compute_dtype(_common([xd, yd, dd])), 2, fname,
+                        found=found)
     return dx, dy
 
 
@@ -789,6 +822,11 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
     from .cuda.reduce import Result
 
     fname = op.__name__
+    found = None if out is not None else _pass_key(
+        (op, type(broadcast), broadcast, type(axis), axis, type(device), device), operands)
+    again = _pass_again(found, operands)
+    if again is not None:
+        return tuple(again) if len(again) > 1 else again[0]
     mem = CudaMemory(0, None, "numba")  # only reads the interfaces
     vals, shapes = [], []
     for v in operands:
@@ -813,7 +851,7 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
     outs = _check_cuda_outs(mem, out, st, fname)
     st.warn_empty_means()  # (a GPU keeps no floating-point flags: no *invalid* after it)
     done = _cuda_pass(op.py_func, op.key, op.cacheable, ins, st.frames_in, st.space,
-                      st.frames, results, st.compute, lead, fname, device, outs)
+                      st.frames, results, st.compute, lead, fname, device, outs, found)
     return tuple(done) if len(done) > 1 else done[0]
 
 

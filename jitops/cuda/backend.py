@@ -117,6 +117,9 @@ class CudaMemory:
         self.launched: list[tuple] = []
         #: Whether the call read an operand's values on the host's behalf (the zero check).
         self.read_values = False
+        #: Where a pass being remembered records what it allocates (jitops.cuda.repeat):
+        #: ``(empty()'s arguments, None, array)`` or ``(None, host value, array)``.
+        self.made: list | None = None
 
     # -- reading arrays ------------------------------------------------------------------------
     # Each operand's interface is read once a call (a numba array builds its CAI dict anew at
@@ -161,6 +164,12 @@ class CudaMemory:
 
     # -- making arrays ------------------------------------------------------------------------
     def from_host(self, a: np.ndarray):
+        d = self._from_host(a)
+        if self.made is not None:
+            self.made.append((None, np.array(a), d))
+        return d
+
+    def _from_host(self, a: np.ndarray):
         if a.ndim == 0:  # a Python or NumPy scalar: uploaded once, kept (never written)
             key = (self.device, a.dtype.str, a.tobytes())
             d = _SCALARS.get(key)
@@ -191,6 +200,12 @@ class CudaMemory:
         return d.copy_to_host(stream=self.stream_obj)
 
     def empty(self, shape, dtype: np.dtype, elem_strides):
+        made = self._empty(shape, dtype, elem_strides)
+        if self.made is not None:
+            self.made.append(((shape, dtype, elem_strides), None, made))
+        return made
+
+    def _empty(self, shape, dtype: np.dtype, elem_strides):
         shape = tuple(shape)
         dtype = np.dtype(dtype)
         if elem_strides is None:

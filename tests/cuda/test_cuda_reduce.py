@@ -20,7 +20,15 @@ if cuda_unavailable_reason() is not None:
 
 from numba import cuda  # noqa: E402
 
-from jitops.cuda import kernels  # noqa: E402
+from jitops.cuda import kernels, repeat  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def nothing_remembered():
+    """Each test plans its own passes (a repeat would launch a pass remembered before)."""
+    repeat.forget()
+    yield
+    repeat.forget()
 
 
 def host(a):
@@ -209,6 +217,7 @@ def test_magic_and_int64_indexing_agree(monkeypatch, rng):
     d = cuda.to_device(rng.standard_normal((3, 7, 50)))
     packed = host(jitops.sum_to(d, (7, 1)))
     monkeypatch.setattr(on_gpu, "shape_words", lambda shape, total: tuple(map(int, shape)))
+    repeat.forget()  # planned again, with int64 dimensions
     assert host(jitops.sum_to(d, (7, 1))).tobytes() == packed.tobytes()
 
 

@@ -236,3 +236,112 @@ def test_jitops_disable_hooks_turns_the_hook_off(monkeypatch, rng):
         r = jitops.add(dx, dx)
     np.testing.assert_array_equal(r.copy_to_host(), 2 * x)
     assert all(e.launch is None for e in repeat._MEMO.values())
+
+
+# -- passes: reductions, gradients, several results (jitops.cuda.repeat.pass_key) ----------
+
+
+def no_planning(monkeypatch):
+    """From now on a pass that is planned fails the test."""
+    from jitops import reductions
+
+    monkeypatch.setattr(reductions, "_cuda_pass", lambda *a, **k: pytest.fail("planned again"))
+
+
+def test_a_repeated_reduction_is_launched_again_on_the_new_values(rng, monkeypatch):
+    g = rng.standard_normal((6, 5, 40)).astype(np.float32)
+    dg = cuda.to_device(g)
+    first = jitops.sum_to(dg, (5,), broadcast="pdpd", axis=1)
+    assert len(repeat._PASSES) == 1
+    (entry,) = repeat._PASSES.values()
+    assert entry.direct is not SIMULATOR  # on a GPU, through the hook
+    no_planning(monkeypatch)
+    results = []
+    for _ in range(3):
+        g = rng.standard_normal(g.shape).astype(np.float32)
+        dg.copy_to_device(g)
+        r = jitops.sum_to(dg, (5,), broadcast="pdpd", axis=1)
+        np.testing.assert_allclose(r.copy_to_host(), g.sum(axis=(0, 2), dtype=np.float64)
+                                   .astype(np.float32), rtol=1e-6)
+        assert (type(r), r.shape, r.strides, r.dtype) == \
+            (type(first), first.shape, first.strides, first.dtype)
+        results.append(r)
+    assert len({id(r) for r in (first, *results)}) == 4  # each call its own result
+    monkeypatch.undo()
+    jitops.sum_to(dg, (5, 1))  # other arguments: planned, remembered apart
+    jitops.sum_to(dg[:, :, ::2], (5,), broadcast="pdpd", axis=1)  # another view: apart too
+    assert len(repeat._PASSES) == 3
+
+
+def test_repeated_gradients_means_and_scalars(rng, monkeypatch):
+    x = rng.standard_normal((4, 3, 8))
+    y = rng.standard_normal(3)
+    dx, dy, dd = (cuda.to_device(a) for a in (x, y, np.ones_like(x)))
+    dcol = cuda.to_device(y[:, None])  # (numba's device arrays take no None index)
+    mean = jitops.reduce(lambda a, b, s: (a - b) * s, "mean", axis=(0, 2))
+    for s in (2.0, -0.0, 0.0, 2.0):  # -0.0 and 0.0 are different calls
+        jitops.elementwise_mul_grad(dx, dy, dd, axis=1)
+        mean(dx, dcol, s)
+    assert len(repeat._PASSES) == 4
+    no_planning(monkeypatch)
+    for _ in range(2):
+        d = rng.standard_normal(x.shape)
+        dd.copy_to_device(d)
+        gx, gy = jitops.elementwise_mul_grad(dx, dy, dd, axis=1)
+        wx, wy = jitops.elementwise_mul_grad(x, y, d, axis=1)
+        np.testing.assert_array_equal(gx.copy_to_host(), wx)
+        np.testing.assert_allclose(gy.copy_to_host(), wy, rtol=1e-13)
+        for s in (2.0, -0.0):
+            got = mean(dx, dcol, s).copy_to_host()
+            np.testing.assert_allclose(got, mean(x, y[:, None], s), rtol=1e-13)
+            assert np.signbit(got).tolist() == np.signbit(mean(x, y[:, None], s)).tolist()
+
+
+def test_passes_never_remembered(rng):
+    x = rng.standard_normal((3, 0))
+    dx = cuda.to_device(x)
+    mean = jitops.reduce(lambda a: a, "mean", axis=1)
+    for _ in range(2):  # an empty mean warns every time
+        with pytest.warns(RuntimeWarning, match="Mean of empty slice"):
+            mean(dx)
+    d = cuda.to_device(rng.standard_normal((4, 5)))
+    total = jitops.reduce(lambda a: a, "sum", axis=0)
+    out = cuda.device_array(5)
+    for _ in range(2):
+        total(d, out=out)  # out=: checked every time
+        total(d)
+    assert len(repeat._PASSES) == 1  # total(d) alone
+    repeat.forget()
+    host = rng.standard_normal((4, 5))
+    add = jitops.reduce(lambda a, b: a + b, "sum")
+    for _ in range(2):
+        add(d, host)  # a host array: uploaded each call
+    assert not repeat._PASSES
+
+
+def test_the_pass_memo_holds_no_array(rng):
+    dg = cuda.to_device(rng.standard_normal((8, 16)))
+    jitops.sum_to(dg, (16,))
+    r = jitops.sum_to(dg, (16,))
+    refs = [weakref.ref(dg), weakref.ref(r)]
+    del dg, r
+    gc.collect()
+    assert repeat._PASSES and all(ref() is None for ref in refs)
+
+
+def test_passes_without_the_hook_launch_the_same(rng, monkeypatch):
+    a = rng.standard_normal((16, 33)).astype(np.float32)
+    da = cuda.to_device(a)
+    op = jitops.reduce(lambda x: (x * x, x), ("sum", "max"), axis=1)
+    got = []
+    for state in ({}, {repeat.NAME: "turned off here"}):
+        repeat.forget()
+        monkeypatch.setattr(repeat, "_state", dict(state))
+        for _ in range(3):
+            s, m = op(da)
+        assert [e.direct for e in repeat._PASSES.values()] == [not (state or SIMULATOR)]
+        got.append((s.copy_to_host(), m.copy_to_host()))
+    np.testing.assert_array_equal(got[0][1], a.max(axis=1))
+    np.testing.assert_allclose(got[0][0], (a.astype(np.float64) ** 2).sum(axis=1), rtol=1e-6)
+    assert got[1][0].tobytes() == got[0][0].tobytes()
+    assert got[1][1].tobytes() == got[0][1].tobytes()
