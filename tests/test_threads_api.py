@@ -334,6 +334,15 @@ def test_omp_num_threads_sets_the_default_below_jitops_own_variable(env, want):
     assert _count_in_child(env) == want
 
 
+def test_importing_paddle_first_gives_one_thread_as_the_threads_guide_says():
+    """Paddle's import sets OMP_NUM_THREADS=1 where it is unset (paddle.base.__bootstrap__):
+    jitops then honours it, as PyTorch does; JITOPS_NUM_THREADS still comes first."""
+    pytest.importorskip("paddle")
+    assert _count_in_child({}, "import paddle\n") == (1, "OMP_NUM_THREADS")
+    assert _count_in_child({"JITOPS_NUM_THREADS": "2"}, "import paddle\n") == \
+        (min(2, POOL), "JITOPS_NUM_THREADS")
+
+
 def test_omp_num_threads_does_not_override_set_num_threads_or_threads():
     n, source = _count_in_child({"OMP_NUM_THREADS": "1"}, "import jitops\n"
                                 "jitops.set_num_threads(2)\n")
