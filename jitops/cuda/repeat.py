@@ -96,27 +96,36 @@ _MEMOABLE: dict[type, str | None] = {}
 _state: dict[str, str | None] = {}
 
 
-class _Entry:
+class _Where:
+    """Where a remembered launch or pass runs: its GPU (``device``, and ``gpu``, the context
+    to enter), the stream (its handle and Numba's object) and the kind of array it makes."""
+
+    __slots__ = ("device", "stream", "stream_obj", "kind", "gpu")
+
+    def __init__(self, mem):
+        self.device, self.stream, self.stream_obj = mem.device, mem.stream, mem.stream_obj
+        self.kind = mem.result_kind
+        self.gpu = contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
+
+    def memory(self):
+        mem = backend.CudaMemory(self.device, self.stream, self.kind)
+        mem._stream_obj = self.stream_obj
+        return mem
+
+
+class _Entry(_Where):
     """One remembered launch: where it runs, the result it allocates (``result``: the
     arguments of ``CudaMemory.empty``, None with ``out=``), and how it is launched again:
     ``launch`` is ``cuda.core.launch`` bound to the stream, grid and kernel (the hook), given
     ``head``, the new result's address, then ``tail`` (``head`` alone with ``out=``); None
     where the dispatcher launches it from ``spec`` and ``plan``."""
 
-    __slots__ = ("device", "stream", "stream_obj", "kind", "gpu", "name", "spec", "plan",
-                 "result", "launch", "head", "tail")
+    __slots__ = ("name", "spec", "plan", "result", "launch", "head", "tail")
 
     def __init__(self, mem, name, spec, plan, result, direct):
-        self.device, self.stream, self.stream_obj = mem.device, mem.stream, mem.stream_obj
-        self.kind = mem.result_kind
-        self.gpu = contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
+        super().__init__(mem)
         self.name, self.spec, self.plan, self.result = name, spec, plan, result
         self.launch, self.head, self.tail = direct if direct is not None else (None, (), ())
-
-    def memory(self):
-        mem = backend.CudaMemory(self.device, self.stream, self.kind)
-        mem._stream_obj = self.stream_obj
-        return mem
 
     def again(self, operands: tuple, out):
         """Launch again for these arrays; the result (``out``, or a new array)."""
@@ -339,7 +348,7 @@ class _NotRemembered(Exception):
     """A pass that is not one to remember (an argument no slot accounts for)."""
 
 
-class _Pass:
+class _Pass(_Where):
     """One remembered pass (a reduction, a gradient, several results): where it runs, the
     buffers it allocates in order (``fresh``: per buffer the arguments of
     ``CudaMemory.empty``, or the 0-d host value ``from_host`` uploads), which of them it
@@ -348,21 +357,17 @@ class _Pass:
     i)`` of ``patches``), or, where the dispatcher launches them, ``(name, blocks, tpb,
     template)`` with each array argument a :class:`_Slot`."""
 
-    __slots__ = ("device", "stream", "stream_obj", "kind", "gpu", "fresh", "readers",
-                 "results", "launches", "direct", "names")
+    __slots__ = ("fresh", "readers", "results", "launches", "direct", "names")
 
     def __init__(self, mem, fresh, results, launches, direct, names):
-        self.device, self.stream, self.stream_obj = mem.device, mem.stream, mem.stream_obj
-        self.kind = mem.result_kind
-        self.gpu = contextlib.nullcontext() if SIMULATOR else cuda.gpus[mem.device]
+        super().__init__(mem)
         self.fresh, self.results, self.launches, self.direct = fresh, results, launches, direct
         self.names = names
         self.readers = [_ADDRESS["numba" if value is not None else self.kind]
                         for _, value in fresh]
 
     def again(self, operands) -> list:
-        mem = backend.CudaMemory(self.device, self.stream, self.kind)
-        mem._stream_obj = self.stream_obj
+        mem = self.memory()
         bufs = [mem.empty(*made) if value is None else mem.from_host(value)
                 for made, value in self.fresh]
         if self.direct:
