@@ -368,21 +368,16 @@ if not SIMULATOR:
         c = float(c) if isinstance(c, float) else int(c)
         return lambda spec: A(c)
 
+    #: _COMBINE's functions as device functions (the same bodies the simulator runs; an
+    #: integer's ``a != a`` folds away)
+    _combine_device = {how: cuda.jit(device=True)(f) for how, f in _COMBINE.items()}
+
     @_ext.overload(combine, target="cuda")
     def _ov_combine(spec, a, b):
         if not isinstance(spec, CudaSpecType) or spec.how is None:
             return None
-        A, how = numba_type(spec.out), spec.how
-        if how == "max" and isinstance(A, types.Float):
-            return lambda spec, a, b: a if a != a else b if b != b else a if a >= b else b
-        if how == "min" and isinstance(A, types.Float):
-            return lambda spec, a, b: a if a != a else b if b != b else a if a <= b else b
-        if how == "max":
-            return lambda spec, a, b: a if a >= b else b
-        if how == "min":
-            return lambda spec, a, b: a if a <= b else b
-        return {"sum": lambda spec, a, b: A(a + b), "prod": lambda spec, a, b: A(a * b),
-                "any": lambda spec, a, b: A(a | b), "all": lambda spec, a, b: A(a & b)}[how]
+        A, f = numba_type(spec.out), _combine_device[spec.how]
+        return lambda spec, a, b: A(f(a, b))
 
     def _words(args: str, n: int, word: str, **names):
         """``impl(args)`` returning the tuple of ``word`` for k < n (k1 = k + 1)."""
