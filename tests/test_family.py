@@ -410,14 +410,39 @@ def test_narrow_floor_division_in_double_keeps_numpys_values_and_warnings(dx, dy
     and NumPy's divide-by-zero and overflow warnings, so that a compiler folding either away
     fails here."""
     run_grid("floor_divide", dx, dy)
-    x = np.array([np.iinfo(np.int32).min, 7, -7, 0], np.int32)
-    for y, want in ((np.int32(-1), "overflow"), (np.zeros(4, np.int32), "divide by zero")):
+    t = np.dtype(dx if dx == dy else "int32").type
+    x = np.array([np.iinfo(t).min, 7, -7, 0], t)
+    for y, want in ((t(-1), "overflow"), (np.zeros(4, t), "divide by zero")):
         with pytest.warns(RuntimeWarning, match=want):
             got = jitops.floor_divide(np.tile(x, 300), np.broadcast_to(y, 1200) if
                                       np.ndim(y) == 0 else np.tile(y, 300))
         with np.errstate(all="ignore"):
             assert np.array_equal(got, np.floor_divide(np.tile(x, 300), np.tile(y, 1200 //
                                                                                np.size(y))))
+
+
+@pytest.mark.parametrize("dt", ["int8", "int16"])
+def test_narrow_floor_division_in_float_is_exact_on_every_dividend(dt):
+    """At most 16 bits, floor division runs in float (the quotient's distance from an
+    integer is above float's rounding): every dividend against divisors near 1, near the
+    widths' limits and of many factors, and every divisor against such dividends, for NumPy's
+    floor_divide and Paddle's elementwise_floordiv (minimum // -1 wraps in both)."""
+    info = np.iinfo(dt)
+    every = np.arange(info.min, info.max + 1).astype(dt)
+    some = np.array([info.min, info.min + 1, -1, 1, 2, 3, 7, 10, 127, 255, 256, 4095, 4097,
+                     9999, info.max - 1, info.max], np.int64)
+    some = np.unique(np.concatenate([some, -some[some > info.min]]).clip(info.min, info.max))
+    some = some.astype(dt)
+    divisors = some[some != 0]
+    x, y = np.repeat(every, divisors.size), np.tile(divisors, every.size)
+    x, y = np.concatenate([x, np.repeat(some, every.size)]), np.concatenate(
+        [y, np.tile(every, some.size)])
+    keep = y != 0
+    x, y = x[keep], y[keep]
+    with np.errstate(all="ignore"):
+        want = np.floor_divide(x, y)
+        assert np.array_equal(jitops.floor_divide(x, y), want)
+    assert np.array_equal(jitops.elementwise_floordiv(x, y), want)
 
 
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64"])

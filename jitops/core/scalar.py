@@ -206,6 +206,11 @@ def double(v):
     return np.float64(v)
 
 
+def single(v):
+    """``v`` as a C float (float32)."""
+    return np.float32(v)
+
+
 def pow_c(a, b):
     """C's ``pow``."""
     try:
@@ -374,26 +379,31 @@ def floor_divide_signed(a, b, T):
 
 
 def _floor_divide_narrow(bits):
-    """NumPy's floor division of signed integers of at most 32 bits, in double: the quotient
-    of two such is an integer or more than 2**-22 from one, so its floor is exact, and a loop
-    of it vectorises (x86 has no vector integer division). NumPy's flags come from arithmetic
-    done on every element: ``1 / b`` raises *divide* for a zero divisor only (the result is
-    0), the dividend times 1e308 (else 0) *overflow* for minimum // -1 only (the result is the
-    minimum: 2**(bits-1) less 2**bits, so that no conversion sees a value out of range)."""
-    top = 2.0 ** (bits - 1)
+    """NumPy's floor division of signed integers of at most 32 bits, in double (at most 16
+    bits: in float, twice the lanes): a quotient of two such is an integer or a relative
+    distance from one above the rounding of a division of that width (2**-22 for double
+    and 32 bits, 2**-9 for float and 16), so its floor is exact, and a loop of it vectorises
+    (x86 has no vector integer division). NumPy's flags come from arithmetic done on every
+    element: ``1 / b`` raises *divide* for a zero divisor only (the result is 0), the
+    dividend times the largest power of ten (else 0) *overflow* for minimum // -1 only (the
+    result is the minimum: 2**(bits-1) less 2**bits, so that no conversion sees a value out
+    of range)."""
+    wide = single if bits <= 16 else double
+    top, huge = wide(2.0 ** (bits - 1)), wide(1e38 if bits <= 16 else 1e308)
+    zero_w, one_w, three_w = wide(0.0), wide(1.0), wide(3.0)
 
     def floor_divide_narrow(a, b, T):
         zero = b == T(0)
         # a zero divisor divides by 1 (b | 1: no select, whose arm the compiler would divide
         # by b in every lane)
-        q = floor_f(double(a) / double(b | T(zero)))
-        if 1.0 / double(b) == 3.0:  # never (b is an integer): keeps the *divide* of b == 0
-            q = 0.0
+        q = floor_f(wide(a) / wide(b | T(zero)))
+        if one_w / wide(b) == three_w:  # never (b is an integer): keeps the *divide* of 0
+            q = zero_w
         over = q == top
-        if double(a) * (1e308 if over else 0.0) == 1.0:  # never: keeps the *overflow*
-            q = 0.0
-        q = q - (2.0 * top if over else 0.0)
-        return T(0.0 if zero else q)
+        if wide(a) * (huge if over else zero_w) == one_w:  # never: keeps the *overflow*
+            q = zero_w
+        q = q - (top + top if over else zero_w)
+        return T(zero_w if zero else q)
 
     return floor_divide_narrow
 
@@ -531,14 +541,15 @@ def paddle_floor_divide_signed(a, b, T):
 
 def _paddle_floor_divide_narrow(bits):
     """Paddle's (and OpenVINO's) floor division of signed integers of at most 32 bits, in
-    double, as :func:`_floor_divide_narrow` (exact, and it vectorises): no zero divisor
-    reaches it (refused before the launch) and no flag is reported; minimum // -1 wraps to
-    the minimum."""
-    top = 2.0 ** (bits - 1)
+    double (at most 16: float), as :func:`_floor_divide_narrow` (exact, and it vectorises):
+    no zero divisor reaches it (refused before the launch) and no flag is reported; minimum
+    // -1 wraps to the minimum."""
+    wide = single if bits <= 16 else double
+    top, zero_w = wide(2.0 ** (bits - 1)), wide(0.0)
 
     def paddle_floor_divide_narrow(a, b, T):
-        q = floor_f(double(a) / double(b))
-        return T(q - (2.0 * top if q == top else 0.0))
+        q = floor_f(wide(a) / wide(b))
+        return T(q - (top + top if q == top else zero_w))
 
     return paddle_floor_divide_narrow
 

@@ -355,6 +355,11 @@ def _ov_double(v):
     return lambda v: types.float64(v)
 
 
+@overload(_scalar.single, jit_options=INNER)
+def _ov_single(v):
+    return lambda v: types.float32(v)
+
+
 @overload(_scalar.ldexp_c, jit_options=INNER)
 def _ov_ldexp(a, e):
     return lambda a, e: math.ldexp(a, e)

@@ -342,6 +342,10 @@ if not SIMULATOR:
     def _ov_double(v):
         return lambda v: types.float64(v)
 
+    @_ext.overload(_scalar.single, target="cuda")
+    def _ov_single(v):
+        return lambda v: types.float32(v)
+
     @_ext.overload(_scalar.ldexp_c, target="cuda")
     def _ov_ldexp(a, e):
         return lambda a, e: math.ldexp(a, e)
