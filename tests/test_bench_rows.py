@@ -224,8 +224,8 @@ def test_the_cuda_section_renders_call_and_kernel_times():
     assert md.splitlines()[-1] == "| sum_to | failed: TypeError: why | - | - | - | - | - | - |"
 
 
-@pytest.mark.parametrize("key", ["floordiv_i32_scalar", "power_f32", "greater_f32_1e4",
-                                 "ov_divide_pdpd", "remainder_i32"])
+@pytest.mark.parametrize("key", ["floordiv_i32_scalar", "floordiv_i8_scalar", "power_f32",
+                                 "greater_f32_1e4", "ov_divide_pdpd", "remainder_i32"])
 def test_the_family_rows_contenders_compute_what_jitops_computes(key):
     """Each contender of the binary-family rows (a new result each) gives jitops' answer:
     PyTorch's, Paddle's and OpenVINO's own ops."""
