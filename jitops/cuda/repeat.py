@@ -363,8 +363,10 @@ class _Pass(_Where):
         super().__init__(mem)
         self.fresh, self.results, self.launches, self.direct = fresh, results, launches, direct
         self.names = names
-        self.readers = [_ADDRESS["numba" if value is not None else self.kind]
+        self.readers = [_ADDRESS.get("numba" if value is not None else self.kind)
                         for _, value in fresh]
+        if None in self.readers:  # an array kind whose address is not read directly
+            raise _NotRemembered
 
     def again(self, operands) -> list:
         mem = self.memory()
