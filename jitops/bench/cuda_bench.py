@@ -77,6 +77,12 @@ def reduction_row(key: str, title: str, contenders: dict, rounds: int, peak: flo
             ca, cb = cp.asarray(dev[0]), cp.asarray(dev[1])
             fns["cupy"] = lambda: ((ca - cb) ** 2).sum()
     moved = sum(a.nbytes for a in host)  # each input read once (the results are small)
+    return _timed_row(key, title, fns, moved, rounds, peak)
+
+
+def _timed_row(key: str, title: str, fns: dict, moved: int, rounds: int, peak: float) -> dict:
+    """A row of the table: each contender's call and kernel times (medians), the kernel's
+    share of ``peak`` for ``moved`` bytes, and the contenders' ratios to jitops."""
     t = {k: _time(f, rounds) for k, f in fns.items()}
     g = {k: _time(f, rounds, queued=4) for k, f in fns.items()}
     return {"key": key, "title": title, "median_s": t, "kernel_s": g,
@@ -173,13 +179,7 @@ def run(scale: float, progress) -> dict:
             th = contenders["torch"]
             tx, ty, to = (th.as_tensor(a, device="cuda") for a in (x, y, out))
             fns["torch"] = lambda: th.sub(tx, ty, out=to)
-        t = {k: _time(f, rounds) for k, f in fns.items()}
-        g = {k: _time(f, rounds, queued=4) for k, f in fns.items()}
-        rows.append({"key": key, "title": title, "median_s": t, "kernel_s": g,
-                     "fraction_of_peak": moved / g["jitops"] / peak,
-                     "ratios": {k: v / t["jitops"] for k, v in t.items() if k != "jitops"},
-                     "kernel_ratios": {k: v / g["jitops"] for k, v in g.items()
-                                       if k != "jitops"}})
+        rows.append(_timed_row(key, title, fns, moved, rounds, peak))
     for key, title in REDUCE_CASES:
         progress(f"cuda: {title} ...")
         try:
