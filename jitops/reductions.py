@@ -154,19 +154,14 @@ def _on_cuda(operands, device=None, fname: str = "") -> bool:
     return select(device, operands, None, fname) != "cpu"
 
 
-def _pass_key(tag: tuple, operands) -> tuple | None:
-    """The key a CUDA pass of this entry (``tag``: its name and arguments) on ``operands``
-    may have been remembered under (jitops.cuda.repeat.pass_key)."""
+def _remembered(tag: tuple, operands) -> tuple:
+    """(the key a CUDA pass of this entry, ``tag``: its name and arguments, on ``operands``
+    is remembered under, or None; the remembered pass's results launched again, or None):
+    jitops.cuda.repeat's pass_key and pass_again."""
     from .cuda import repeat
 
-    return repeat.pass_key(tag, operands)
-
-
-def _pass_again(found, operands) -> list | None:
-    """The remembered pass's results launched again on ``operands``, or None."""
-    from .cuda import repeat
-
-    return repeat.pass_again(found, operands)
+    found = repeat.pass_key(tag, operands)
+    return found, repeat.pass_again(found, operands)
 
 
 def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames, results,
@@ -175,7 +170,7 @@ def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames
     operands uploaded as the elementwise ops' are; ``results`` are jitops.cuda.reduce.Result
     with each result's accumulator still to fill in from the function's values; ``outs``
     (checked): per result None or the CUDA array it is copied into once computed (so any
-    overlap with an operand is safe). ``found``: the call's :func:`_pass_key`, under which a
+    overlap with an operand is safe). ``found``: the call's key (:func:`_remembered`), under which a
     pass with no ``outs`` over a non-empty space is remembered (jitops.cuda.repeat), so that
     a repeat launches it again without planning."""
     from .cuda import reduce as on_gpu
@@ -406,8 +401,7 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
     from .cuda.reduce import Result
 
     fname = "sum_to"
-    found = _pass_key((fname, type(shape), shape, mode, type(axis), axis), (g,))
-    again = _pass_again(found, (g,))
+    found, again = _remembered((fname, type(shape), shape, mode, type(axis), axis), (g,))
     if again is not None:
         return again[0]
     shape = _shape_arg(shape, fname)
@@ -471,8 +465,7 @@ def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
     from .cuda.reduce import Result
 
     fname = f"elementwise_{op}_grad"
-    found = _pass_key((fname, type(axis), axis, mode, ties), (x, y, dout))
-    again = _pass_again(found, (x, y, dout))
+    found, again = _remembered((fname, type(axis), axis, mode, ties), (x, y, dout))
     if again is not None:
         return again[0], again[1]
     mem = CudaMemory(0, None, "numba")  # only reads the interfaces
@@ -822,9 +815,8 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
     from .cuda.reduce import Result
 
     fname = op.__name__
-    found = None if out is not None else _pass_key(
+    found, again = (None, None) if out is not None else _remembered(
         (op, type(broadcast), broadcast, type(axis), axis, type(device), device), operands)
-    again = _pass_again(found, operands)
     if again is not None:
         return tuple(again) if len(again) > 1 else again[0]
     mem = CudaMemory(0, None, "numba")  # only reads the interfaces

@@ -416,7 +416,7 @@ def _scalar_part(v):
     """A Python scalar operand's part of a pass key: its type and exact bits (``-0.0`` is
     not ``0.0``; a NaN's sign and payload count)."""
     t = type(v)
-    if isinstance(v, bool) or isinstance(v, int):
+    if isinstance(v, int):  # bool included
         return (t, int(v))
     if isinstance(v, float):
         return (t, struct.pack("<d", v))
