@@ -479,9 +479,14 @@ def _sq_diff_sum():
 _BATCH, _POOL = 100, 4000
 
 
-def _cycling(pool: list, f) -> Callable[[], None]:
-    """A contender of a varying-shape row: ``f`` on the next ``_BATCH`` operand sets of
-    ``pool`` each call (each contender walks the pool from its own start, in its own order)."""
+def _cycling(pool: list, f, to=None) -> Callable[[], None]:
+    """A contender of a varying-shape row: ``f`` on the next ``_BATCH`` operand sets of its
+    own copy of ``pool`` each call (``to`` converts a copied set, e.g. to tensors). With one
+    shared pool, whoever ran second in a round read the sets the first had just brought into
+    cache; with a copy each, every contender meets its operands as cold as the others do."""
+    pool = [tuple(a.copy() for a in args) for args in pool]
+    if to is not None:
+        pool = [tuple(to(*args)) for args in pool]
     at = [0]
 
     def run():
@@ -508,9 +513,8 @@ def _varying(dtype, out: bool):
             c = {"jitops": _cycling(pool, lambda x, y, o: jitops.subtract(x, y)),
                  "numpy": _cycling(pool, lambda x, y, o: np.subtract(x, y))}
         if torch is not None:
-            tpool = [tuple(_t(*a)) for a in pool]
-            c["torch"] = _cycling(tpool, (lambda x, y, o: torch.sub(x, y, out=o)) if out
-                                  else (lambda x, y, o: torch.sub(x, y)))
+            c["torch"] = _cycling(pool, (lambda x, y, o: torch.sub(x, y, out=o)) if out
+                                  else (lambda x, y, o: torch.sub(x, y)), to=_t)
         nbytes = sum(3 * a[0].nbytes for a in pool) * _BATCH // len(pool)
         return c, nbytes
     return build
@@ -532,8 +536,7 @@ def _varying_rows(broadcast: str, vary_cols: bool = False):
                                 else (lambda x, b: jitops.add(x, b))),
              "numpy": _cycling(pool, lambda x, b: np.add(x, b))}
         if torch is not None:
-            tpool = [tuple(_t(*a)) for a in pool]
-            c["torch"] = _cycling(tpool, lambda x, b: torch.add(x, b))
+            c["torch"] = _cycling(pool, lambda x, b: torch.add(x, b), to=_t)
         nbytes = sum(2 * a[0].nbytes for a in pool) * _BATCH // len(pool)
         return c, nbytes
     return build
