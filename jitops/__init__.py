@@ -7,7 +7,7 @@
 
 from __future__ import annotations
 
-from .cpu import parallel as _parallel
+from .cpu.threads import parallel as _parallel
 
 _parallel.configure()  # before anything can launch a parallel kernel
 
@@ -15,7 +15,7 @@ from . import act, openvino, scalar  # noqa: E402  (openvino: the opset; imports
 from .core.pipeline import ScalarOverflowError  # noqa: E402
 from .core.plan import result_shape  # noqa: E402
 from .core.scalar import ACT_NAMES as ACTIVATIONS  # noqa: E402
-from .cpu.parallel import (  # noqa: E402
+from .cpu.threads.parallel import (  # noqa: E402
     get_num_threads,
     set_num_threads,
     threading_layer,

@@ -73,7 +73,10 @@ def _info() -> int:
 
     import jitops
     from jitops.core import device
-    from jitops.cpu import cache, hooks, kernels, parallel, recycle
+    from jitops.cpu import recycle
+    from jitops.cpu.compile import cache, hooks
+    from jitops.cpu.kernels import binary as kernels
+    from jitops.cpu.threads import parallel
 
     jitops.add(np.ones(1 << 17), 1.0)  # run a parallel kernel so the layer is the real one
     th = parallel.info()
@@ -102,7 +105,7 @@ def _info() -> int:
 
 def _hooks(st: dict) -> str:
     off = [f"{name} off ({why})" for name, why in st.items() if why is not None]
-    return "; ".join(off) if off else f"all {len(st)} in use (jitops.cpu.hooks)"
+    return "; ".join(off) if off else f"all {len(st)} in use (jitops.cpu.compile.hooks)"
 
 
 def _recycling(st: dict) -> str:

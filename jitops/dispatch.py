@@ -1,6 +1,6 @@
 """From a public op's arguments to a result: routing only.
 
-In order: the CPU backend's repeats (:mod:`jitops.cpu.repeat`), CUDA's (once CUDA has run),
+In order: the CPU backend's repeats (:mod:`jitops.cpu.repeat.memo`), CUDA's (once CUDA has run),
 operands that decide ufuncs themselves (NEP 13, :mod:`jitops.core.protocols`), Dask (whose
 chunks come back here), then :func:`jitops.core.pipeline.prepare` and a backend. The one
 piece of the CPU's repeats written into the public function is the call of its latest serial
@@ -18,8 +18,9 @@ from .core import protocols, tensors
 from .core.device import parse, select
 from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
-from .cpu import parallel, repeat
-from .cpu.repeat import MISS, Memo, again, by_identity, parallel_again
+from .cpu.repeat import memo as repeat
+from .cpu.repeat.memo import MISS, Memo, again, by_identity, parallel_again
+from .cpu.threads import parallel
 from .dask import backend as dask
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A user op goes through the same pipeline as the built-in ops (jitops.core.pipeline: operands,
 NumPy 2 promotion, the planner with N operands, ``out=`` and the overlap policy, errors before
-anything is written) and runs on the N-input CPU kernels (jitops.cpu.nary), on CUDA
+anything is written) and runs on the N-input CPU kernels (jitops.cpu.kernels.nary), on CUDA
 (jitops.cuda.kernels, from the same scalar function) or chunkwise on Dask arrays.
 """
 
@@ -18,8 +18,8 @@ import numpy as np
 from numba import types
 
 from .core.dtypes import check_dtype, user_result
-from .cpu import nary
-from .cpu.repeat import Memo
+from .cpu.kernels import nary
+from .cpu.repeat.memo import Memo
 from .dispatch import call_user
 from .signatures import Broadcast, Device
 
@@ -109,7 +109,7 @@ class ElementwiseOp:
         self.__doc__ = getattr(fn, "__doc__", None)
         self.__wrapped__ = fn
         self.nin = _arity(fn, self.__name__)
-        self.memo = Memo()  # its last serial repeat (jitops.cpu.repeat.user)
+        self.memo = Memo()  # its last serial repeat (jitops.cpu.repeat.memo.user)
         self.key, self.cacheable = nary.function_key(fn)
         self._compiled_fn = nary.register(self.key, fn)  # (an earlier twin's, if any)
         if dtype is not None:
@@ -173,7 +173,7 @@ class ElementwiseOp:
         Compiles the function for them (Numba's typing is the oracle on every target), so a
         function that cannot run on these dtypes raises TypeError here, before anything is
         written -- unless an earlier process recorded what it returns in the disk cache,
-        with the compiled kernel (jitops.cpu.nary.cached_return).
+        with the compiled kernel (jitops.cpu.kernels.nary.cached_return).
         """
         key = (common, compute)
         r = self._results.get(key)

@@ -1,7 +1,7 @@
 """Reductions of broadcast results: ``sum_to``, the broadcast ops' gradients, and user ops
 of several results or with ``reduce=``.
 
-Each call is one pass (jitops.core.reduction plans it, jitops.cpu.reduce runs it; on CUDA
+Each call is one pass (jitops.core.reduction plans it, jitops.cpu.kernels.reduce runs it; on CUDA
 operands jitops.cuda.reduce, on Dask ones a graph of CPU passes): the
 gradient's full-shape side is written and its broadcast side summed while ``dout`` is read
 once. Sums are accumulated in float64 (complex128, int64, uint64) and rounded once to the
@@ -24,11 +24,12 @@ from .core import grads, tensors
 from .core.dtypes import compute_dtype, is_bfloat16
 from .core.plan import align_all, expand_strides, normalize_mode
 from .core.reduction import accumulator, identity, plan_reduction, sum_to_frame
-from .cpu import layout, nary, parallel
-from .cpu import reduce as _reduce
 from .cpu.backend import drivers, entry_point
-from .cpu.kernels import FP_RAISED, OK
-from .cpu.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
+from .cpu.kernels import layout, nary
+from .cpu.kernels import reduce as _reduce
+from .cpu.kernels.binary import FP_RAISED, OK
+from .cpu.kernels.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
+from .cpu.threads import parallel
 from .dask.backend import is_dask_array
 from .signatures import Broadcast
 
@@ -217,7 +218,7 @@ class _Held:
 
 @lru_cache(maxsize=64)
 def _key_of(fn) -> tuple[str, bool]:
-    """jitops.cpu.nary.function_key of one of jitops' own scalar functions (it reads and
+    """jitops.cpu.kernels.nary.function_key of one of jitops' own scalar functions (it reads and
     hashes the source file: once)."""
     return nary.function_key(fn)
 
@@ -243,7 +244,7 @@ def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
 def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
                     compute=None, key=None, direct=False, into=None):
     """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
-    OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.nary.function_key`
+    OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.kernels.nary.function_key`
     of it; ``into``: per result None or the array a stored result is written into (C-order,
     aligned, of its frame's shape and dtype, sharing no memory with an input)."""
     if compute is None:
@@ -763,7 +764,7 @@ class _Settled:
 def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     """A user op (jitops.fusion.ElementwiseOp) whose function returns several values, or
     whose results are reduced (``op.reduce``, over ``op.axes``): one pass over the
-    operands, each result stored or reduced (jitops.cpu.reduce); Dask operands chunk by
+    operands, each result stored or reduced (jitops.cpu.kernels.reduce); Dask operands chunk by
     chunk (:func:`_several_lazy`)."""
     from .core.errstate import report
     from .core.plan import check_axis_type

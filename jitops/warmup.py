@@ -89,7 +89,8 @@ def run(ops: Sequence[str] = OPS, dtypes: Sequence[str] = DTYPES,
     Returns the exit status: 0, or 1 where the cache is off or cannot be written (the kernels
     would then live only as long as this process).
     """
-    from jitops.cpu import cache, kernels
+    from jitops.cpu.compile import cache
+    from jitops.cpu.kernels import binary as kernels
 
     stream = sys.stderr if stream is None else stream
     where = cache.location(kernels.KERNELS["serial"])

@@ -1,6 +1,6 @@
 import os
 
-# Every built-in kernel must compile under the light registries (jitops.cpu.registries): in
+# Every built-in kernel must compile under the light registries (jitops.cpu.compile.registries): in
 # the tests, one that needs Numba's full refresh is an error, not a silent slowdown. Set
 # before jitops is imported; subprocesses the tests start inherit it.
 os.environ.setdefault("JITOPS_STRICT_REGISTRIES", "1")
@@ -88,7 +88,7 @@ def tile_every_width(monkeypatch):
     must be right for every width. Plans and repeats made before are dropped, and after."""
     from jitops.core import plan
     from jitops.core.plan import make_plan
-    from jitops.cpu import repeat
+    from jitops.cpu.repeat import memo as repeat
 
     monkeypatch.setattr(plan, "ALIAS_BYTES", 1)
     monkeypatch.setattr(plan, "WIDE_SPAN", 1 << 62)

@@ -2,7 +2,7 @@
 
 Numba refreshes its typing and lowering registries before every cache load (importing most of
 ``numba.np``, ``numba.typed`` and ``numba.cpython``); jitops' built-in kernels skip that
-(``jitops.cpu.cache.enable``), which makes a cached first call ~6x faster. The
+(``jitops.cpu.compile.cache.enable``), which makes a cached first call ~6x faster. The
 risk of the shortcut: machine code that needs a symbol only a registry module registers would
 make LLVM abort the process. So a second process loads every kind of built-in kernel -- every
 op and activation, integer, complex and float16 code, serial, parallel, pooled, tiled and
@@ -63,7 +63,8 @@ np.savez(OUT, *res)
 
 SECOND = CASES + """
 import sys
-from jitops.cpu import kernels as K, nary as N, pool as P
+from jitops.cpu.kernels import binary as K, nary as N
+from jitops.cpu.threads import pool as P
 res = results()
 exp = np.load(OUT)
 assert len(exp.files) == len(res)

@@ -15,7 +15,7 @@ import pytest
 # statistics of the op-specific code printed: "<hits> <misses>".
 CALL = """
 import numpy as np, jitops
-from jitops.cpu import kernels as _cpu
+from jitops.cpu.kernels import binary as _cpu
 x = np.arange(12, dtype=np.float32).reshape(3, 4)
 r = jitops.multiply(x, np.float32(-2), act="softplus")
 exp = np.logaddexp(0, (x * -2).astype(np.float64)).astype(np.float32)
@@ -37,8 +37,8 @@ def _run(cache_dir, prelude: str = "", **env) -> tuple[int, int]:
 
 def _task_files(d) -> tuple[str, list[str]]:
     names = sorted(os.listdir(d))
-    index = [n for n in names if n.startswith("kernels._task") and n.endswith(".nbi")]
-    data = [n for n in names if n.startswith("kernels._task") and n.endswith(".nbc")]
+    index = [n for n in names if n.startswith("binary._task") and n.endswith(".nbi")]
+    data = [n for n in names if n.startswith("binary._task") and n.endswith(".nbc")]
     assert len(index) == 1 and data, names
     return index[0], data
 
@@ -164,7 +164,7 @@ def test_a_read_only_populated_cache_is_still_read(populated):
 
 def _stamp_in(monkeypatch, d) -> str:
     """The CPU kernels' source stamp as a new process would find it with cache directory ``d``."""
-    from jitops.cpu import cache
+    from jitops.cpu.compile import cache
 
     monkeypatch.setenv("JITOPS_CACHE_DIR", str(d))
     monkeypatch.setattr(cache, "_stamp", None)
@@ -180,14 +180,14 @@ def _memo_file(d):
 def _true_stamp() -> str:
     import numba
 
-    from jitops.cpu import cache
+    from jitops.cpu.compile import cache
 
     return cache.content_stamp(numba.__version__, cache.stamped_files())
 
 
 def test_the_source_stamp_is_remembered_without_reading_the_import_graph(tmp_path,
                                                                           monkeypatch):
-    from jitops.cpu import cache
+    from jitops.cpu.compile import cache
 
     truth = _true_stamp()
     assert _stamp_in(monkeypatch, tmp_path) == truth  # computed, and remembered
@@ -227,7 +227,7 @@ def test_a_memo_with_this_key_but_another_stamp_is_believed_so_the_key_must_see_
     """The memo is trusted on its key alone: the key changes with any source file's size,
     modification time or inode, and with the versions it is given."""
     from jitops.core import sources
-    from jitops.cpu import cache
+    from jitops.cpu.compile import cache
 
     (tmp_path / "pkg" / "sub").mkdir(parents=True)
     a, b = tmp_path / "pkg" / "a.py", tmp_path / "pkg" / "sub" / "b.py"

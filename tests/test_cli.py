@@ -77,7 +77,7 @@ def test_bad_usage_exits_2(bad):
 # The op-specific task statistics of a first call in a new process: "<hits> <misses>".
 FIRST_CALL = """
 import numpy as np, jitops
-from jitops.cpu import kernels
+from jitops.cpu.kernels import binary as kernels
 r = jitops.{op}(np.ones(3, np.{dt}), np.ones(3, np.{dt}))
 s = kernels.KERNELS["task"].stats
 print(sum(s.cache_hits.values()), sum(s.cache_misses.values()))

@@ -124,12 +124,12 @@ def test_dask_is_never_imported_by_jitops():
 
 def _kernels_used() -> bool:
     """On a worker: jitops was imported there and launched kernels (its fast-path cache)."""
-    api = sys.modules.get("jitops.cpu.repeat")
+    api = sys.modules.get("jitops.cpu.repeat.memo")
     return api is not None and len(api.FAST) > 0
 
 
 def _thread_count():
-    from jitops.cpu import parallel
+    from jitops.cpu.threads import parallel
 
     return jitops.get_num_threads(), parallel.info()["num_threads_source"]
 

@@ -17,9 +17,11 @@ from jitops import dispatch
 from jitops.core import config as _config
 from jitops.core.pipeline import byte_extent, prepare
 from jitops.core.plan import TILED, make_plan
-from jitops.cpu import backend, pool, repeat
-from jitops.cpu import kernels as _cpu
-from jitops.cpu.layout import META
+from jitops.cpu import backend
+from jitops.cpu.kernels import binary as _cpu
+from jitops.cpu.kernels.layout import META
+from jitops.cpu.repeat import memo as repeat
+from jitops.cpu.threads import pool
 
 
 def _addr(a):
@@ -109,7 +111,8 @@ def test_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
     out = np.zeros((4, 6))
     plan = make_plan((x.shape, y.shape), ((6, 1), (6, 1)), "numpy")
     meta = _cpu.build_meta(plan, (8, 8, 8), data_offset=-1)
-    spec = jitops.cpu.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
+    spec = jitops.cpu.kernels.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype,
+                                              out.dtype)
     entry = backend.entry_point(_cpu.KERNELS["serial"])
     status = entry(_cpu.task_address(spec), _addr(out), _addr(x), _addr(y),
                    _addr(meta))
@@ -129,7 +132,7 @@ def test_kernel_refuses_a_misaligned_operand_without_writing(which, rng):
     out[:] = 7.0
     plan = make_plan(((10,), (10,)), ((1,), (1,)), "numpy")
     meta = _cpu.build_meta(plan, (8, 8, 8))
-    spec = jitops.cpu.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
+    spec = jitops.cpu.kernels.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
     entry = backend.entry_point(_cpu.KERNELS["serial"])
     refs = [backend.ref(a) for a in arrs]
     assert entry(_cpu.task_address(spec), *refs, _addr(meta)) == _cpu.MISALIGNED
@@ -146,7 +149,7 @@ def test_kernel_refuses_overlap_without_writing(rng):
     plan = make_plan(((10,), (10,)), ((1,), (1,)), "numpy", -1, (1,))
     ext = tuple(byte_extent(0, a.shape, a.strides, 8) for a in (out, x, x))
     meta = _cpu.build_meta(plan, (8, 8, 8), ext, (True, True, True))
-    spec = jitops.cpu.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
+    spec = jitops.cpu.kernels.spec.KernelSpec("add", None, x.dtype, x.dtype, x.dtype, x.dtype)
     entry = backend.entry_point(_cpu.KERNELS["serial"])
     assert entry(_cpu.task_address(spec), backend.ref(out), backend.ref(x), backend.ref(x),
                  _addr(meta)) == _cpu.OVERLAP
@@ -473,14 +476,14 @@ def test_small_elements_need_more_of_them_to_run_parallel(rng, monkeypatch):
 def test_a_parallel_repeat_asks_for_the_count_only_when_it_may_have_changed(rng,
                                                                               monkeypatch):
     # A remembered parallel repeat takes its thread count from the stamp it was recorded
-    # with (jitops.cpu.parallel.STAMP); anything that may change a count moves the stamp on,
+    # with (jitops.cpu.threads.parallel.STAMP); anything that may change a count moves the stamp on,
     # and the repeat then asks, follows the answer and, where it is still its count, takes
     # the new stamp. Every count below is checked by whether a parallel job was launched.
     if jitops.get_num_threads() < 2 or _cpu.HEADER_OFFSETS is None:
         pytest.skip("needs two threads and verified ndarray headers")
     import threading
 
-    from jitops.cpu import parallel
+    from jitops.cpu.threads import parallel
 
     n = 2 * _config.PARALLEL_THRESHOLD
     x, y, out = rng.random(n), rng.random(n), np.empty(n)
@@ -558,7 +561,8 @@ def test_header_checks_refuse_any_other_object_without_writing(rng):
     x.flags.writeable = False  # flags other than out's are not part of it
     plan = make_plan((x.shape, y.shape), ((6, 1), (6, 1)), "numpy")
     meta = _cpu.header_checks(_cpu.build_meta(plan, (8, 8, 8)), (out, x, y))
-    spec = jitops.cpu.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype, out.dtype)
+    spec = jitops.cpu.kernels.spec.KernelSpec("subtract", None, x.dtype, y.dtype, out.dtype,
+                                              out.dtype)
     entry = backend.entry_point(_cpu.KERNELS["serial"])
     task = _cpu.task_address(spec)
     assert entry(task, id(out), id(x), id(y), _addr(meta)) == _cpu.OK
@@ -682,7 +686,7 @@ def test_tile_shifts_put_out_and_the_staged_input_on_a_line(dtype):
     unit-stride, or no input runs down the rows."""
     from numba import njit, types
 
-    from jitops.cpu.spec import KernelSpec, as_pointer, pointers
+    from jitops.cpu.kernels.spec import KernelSpec, as_pointer, pointers
 
     @njit(cache=False)
     def shifts(spec, pmeta, po, px, py, so, sx0, sx, sy0, sy):
@@ -721,9 +725,9 @@ def test_only_tiled_tasks_prefetch_and_the_next_tile_rows_are_hinted():
     tile down (kernels.prefetch_next_tile: one call site per operand). Other specs compile
     no prefetch at all. Hints never change a value (tests above); this checks they are
     there, and only there."""
-    from jitops.cpu import registries
-    from jitops.cpu.jit import inner
-    from jitops.cpu.spec import KernelSpec
+    from jitops.cpu.compile import registries
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels.spec import KernelSpec
 
     dt = np.dtype(np.float32)
     counts = {}

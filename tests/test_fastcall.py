@@ -1,5 +1,5 @@
-"""A repeated serial call's compiled entry (jitops.cpu.fastcall): it takes the operand objects
-themselves and makes new results itself, so every check the kernel makes on them must hold,
+"""A repeated serial call's compiled entry (jitops.cpu.repeat.fastcall): it takes the operand
+objects themselves and makes new results itself, so every check the kernel makes on them must hold,
 every new result must be the caller's alone, and nothing may leak."""
 
 from __future__ import annotations
@@ -14,9 +14,12 @@ import pytest
 
 import jitops
 from jitops import dispatch
-from jitops.cpu import fastcall, hooks, pool, repeat
+from jitops.cpu.compile import hooks
+from jitops.cpu.repeat import fastcall
+from jitops.cpu.repeat import memo as repeat
+from jitops.cpu.threads import pool
 
-#: Where jitops.cpu.hooks says the hooks are verified: the entry must be on there.
+#: Where jitops.cpu.compile.hooks says the hooks are verified: the entry must be on there.
 VERIFIED_HERE = (platform.python_implementation() == "CPython" and sys.platform == "linux"
                  and platform.machine() == "x86_64"
                  and getattr(sys, "_is_gil_enabled", lambda: True)())
@@ -308,7 +311,8 @@ _STRIDED_FIRST = """
 import warnings
 warnings.simplefilter("error", RuntimeWarning)
 import numpy as np, jitops
-from jitops.cpu import fastcall, hooks
+from jitops.cpu.repeat import fastcall
+from jitops.cpu.compile import hooks
 x, y, o = np.arange(2000.0), np.ones(2000), np.empty(2000)
 for _ in range(3):
     jitops.subtract(x[::2], y[::2], out=o[::2])
@@ -391,18 +395,18 @@ def test_user_op_entry_refuses_other_arrays_and_the_key_answers(rng):
     entry = op.memo.latest.entry
     ro = np.empty(50)
     ro.flags.writeable = False
-    assert entry(ro, a, x, b) == jitops.cpu.kernels.READ_ONLY
-    assert entry(out, a, x) == jitops.cpu.kernels.MISMATCH  # too few
-    assert entry(out, a.astype(np.float32), x, b) == jitops.cpu.kernels.MISMATCH
+    assert entry(ro, a, x, b) == jitops.cpu.kernels.binary.READ_ONLY
+    assert entry(out, a, x) == jitops.cpu.kernels.binary.MISMATCH  # too few
+    assert entry(out, a.astype(np.float32), x, b) == jitops.cpu.kernels.binary.MISMATCH
     assert entry(out, a[::2].copy(), x[::2].copy(), b[::2].copy()) == \
-        jitops.cpu.kernels.MISMATCH
-    assert entry(out, a.view(np.matrix).reshape(50), x, b) == jitops.cpu.kernels.MISMATCH
+        jitops.cpu.kernels.binary.MISMATCH
+    assert entry(out, a.view(np.matrix).reshape(50), x, b) == jitops.cpu.kernels.binary.MISMATCH
     buf = np.concatenate([a, a[:1]])
     shifted = buf[1:].copy()
-    assert entry(buf[1:], buf[:-1], x, b) == jitops.cpu.kernels.OVERLAP  # a partial overlap
+    assert entry(buf[1:], buf[:-1], x, b) == jitops.cpu.kernels.binary.OVERLAP  # a partial overlap
     np.testing.assert_array_equal(buf[1:], shifted)
     before = out.copy()
-    assert entry(out[::-1], a, x, b) == jitops.cpu.kernels.MISMATCH  # other strides
+    assert entry(out[::-1], a, x, b) == jitops.cpu.kernels.binary.MISMATCH  # other strides
     np.testing.assert_array_equal(out, before)
     # and the public calls, each NumPy's answer
     for args in ((a.astype(np.float32), x, b), (a[::2], x[::2], b[::2]), (a, 2.0, b),

@@ -117,11 +117,11 @@ TORCH_SCENARIOS = {
                 np.array_equal(jitops.subtract(x[::-1], x), x[::-1] - x)
         print(in_child(body))
     """,
-    # jitops' jobs ran on PyTorch's OpenMP team in the parent (jitops.cpu.omp); the child
+    # jitops' jobs ran on PyTorch's OpenMP team in the parent (jitops.cpu.threads.omp); the child
     # inherits that team without its threads: it must use jitops' own pool
     "torch-team-then-fork": """
         import time, torch, jitops
-        from jitops.cpu import omp, pool
+        from jitops.cpu.threads import omp, pool
         x = np.arange(N, dtype=np.float32)
         torch.set_num_threads(2)  # a team beside the main thread, whatever the load
         torch.add(torch.from_numpy(x), 1.0)
@@ -150,7 +150,7 @@ TORCH_SCENARIOS = {
         torch.add(torch.ones(N), 1.0); time.sleep(0.3)
         def body():
             import jitops
-            from jitops.cpu import omp, pool
+            from jitops.cpu.threads import omp, pool
             x = np.arange(N, dtype=np.float32)
             ok = True
             for _ in range(3):
@@ -164,8 +164,8 @@ TORCH_SCENARIOS = {
     "jitops-then-torch-then-fork": """
         import jitops
         import torch
-        from jitops.cpu import omp, pool
-        from jitops.cpu.layout import CONTROL
+        from jitops.cpu.threads import omp, pool
+        from jitops.cpu.kernels.layout import CONTROL
         x = np.arange(N, dtype=np.float64)
         assert np.array_equal(jitops.multiply(x, 2.0), x * 2.0)
         if pool.AVAILABLE:  # (with JITOPS_POOL=0 Numba's layer runs every job)
@@ -239,7 +239,7 @@ def test_default_is_jitops_pool_and_numbas_layer_stays_unstarted():
     code = """
         import numpy as np, jitops
         from numba.np.ufunc import parallel as nb
-        from jitops.cpu import parallel as t
+        from jitops.cpu.threads import parallel as t
         x = np.ones(1 << 20)
         assert np.array_equal(jitops.add(x, x), x + x)
         i = t.info()
@@ -257,7 +257,7 @@ def test_default_is_jitops_pool_and_numbas_layer_stays_unstarted():
 
 def test_without_the_pool_the_layer_is_numbas_own_choice_with_pips_tbb():
     """Numba's default priority puts tbb first; jitops only makes pip's TBB loadable."""
-    code = "import jitops; from jitops.cpu import parallel as t; i = t.info(); " \
+    code = "import jitops; from jitops.cpu.threads import parallel as t; i = t.info(); " \
            "print(i['threading_layer'], i['parallel'], i['tbb_loaded'])"
     env = {k: v for k, v in os.environ.items() if not k.startswith("NUMBA_")}
     env["JITOPS_POOL"] = "0"
@@ -279,7 +279,7 @@ def test_omp_after_a_foreign_openmp_runtime_runs_serial_kernels():
             print("no-libgomp"); raise SystemExit
         ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
         import jitops
-        from jitops.cpu import parallel as t
+        from jitops.cpu.threads import parallel as t
         x = np.arange(1_000_000, dtype=np.float64)
         assert np.array_equal(jitops.add(x, 1.0), x + 1.0)
         i = t.info()

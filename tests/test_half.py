@@ -1,6 +1,6 @@
-"""float16 conversions of the CPU kernels (jitops.cpu.half): float64 -> float16 rounds exactly
-as NumPy does, without the libgcc function ``__truncdfhf2`` that LLVM would otherwise call (a
-JIT finds it only where some library happened to make it global; without it LLVM aborts)."""
+"""float16 conversions of the CPU kernels (jitops.cpu.kernels.half): float64 -> float16 rounds
+exactly as NumPy does, without the libgcc function ``__truncdfhf2`` that LLVM would otherwise call
+(a JIT finds it only where some library happened to make it global; without it LLVM aborts)."""
 
 import subprocess
 import sys
@@ -9,7 +9,7 @@ import textwrap
 import numpy as np
 from numba import njit
 
-from jitops.cpu.half import float_to_half
+from jitops.cpu.kernels.half import float_to_half
 
 
 @njit
@@ -51,7 +51,7 @@ def test_float16_kernels_compile_where_no_library_provides_truncdfhf2():
 def test_every_float16_widens_exactly_and_raises_no_flag():
     """Every float16 bit pattern widens to the float32 NumPy gives (finite values and
     infinities bit for bit; a NaN stays a NaN of the same sign and payload), and no finite
-    value raises a floating-point flag on the way (jitops.cpu.half._half_widen)."""
+    value raises a floating-point flag on the way (jitops.cpu.kernels.half._half_widen)."""
     import jitops
 
     h = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16).view(np.float16)

@@ -1,5 +1,5 @@
-"""The private interfaces jitops relies on (jitops.cpu.hooks): all in use here, each listed in
-the module's table, and each one forced off in turn leaves every answer NumPy's."""
+"""The private interfaces jitops relies on (jitops.cpu.compile.hooks): all in use here, each listed
+in the module's table, and each one forced off in turn leaves every answer NumPy's."""
 
 import os
 import re
@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 
-from jitops.cpu import hooks
+from jitops.cpu.compile import hooks
 
 
 def test_every_hook_is_in_the_table_and_in_use_here():
@@ -23,7 +23,7 @@ _CHECK = """
     import warnings
     warnings.simplefilter("always")
     import numpy as np, jitops
-    from jitops.cpu import hooks
+    from jitops.cpu.compile import hooks
     rng = np.random.default_rng(5)
     X = rng.standard_normal((2000, 500)).astype(np.float32)
     Y = rng.standard_normal(500).astype(np.float32)

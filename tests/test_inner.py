@@ -1,5 +1,5 @@
-"""Helpers and tasks are compiled without Python entry points (jitops.cpu.jit): less for LLVM
-in every new signature, and a Python call is a TypeError instead of a jump to address 0."""
+"""Helpers and tasks are compiled without Python entry points (jitops.cpu.compile.jit): less for
+LLVM in every new signature, and a Python call is a TypeError instead of a jump to address 0."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ import pytest
 from numba import types
 
 import jitops
-from jitops.cpu import jit, kernels, nary, pool, registries, spec
+from jitops.cpu.compile import jit, registries
+from jitops.cpu.kernels import binary as kernels
+from jitops.cpu.kernels import nary, spec
+from jitops.cpu.threads import pool
 
 
 def _inner_dispatchers():
@@ -28,9 +31,9 @@ def _inner_dispatchers():
 
 def test_the_helpers_and_tasks_are_inner():
     names = {n for n, _ in _inner_dispatchers()}
-    for must in ("jitops.cpu.kernels._task",
-                 "jitops.cpu.nary._utask_cached",
-                 "jitops.cpu.pool.run_job"):
+    for must in ("jitops.cpu.kernels.binary._task",
+                 "jitops.cpu.kernels.nary._utask_cached",
+                 "jitops.cpu.threads.pool.run_job"):
         assert must in names
     # what Python calls keeps its entry point
     for entry in (*kernels.KERNELS.values(), *nary.KERNELS.values(), pool._worker,
@@ -55,7 +58,7 @@ def test_a_compiled_task_has_no_python_wrapper():
 
 
 def test_the_user_op_task_links_its_code_as_it_is():
-    """The user-op task is a wrapper (jitops.cpu.jit.wrapper): its library links the
+    """The user-op task is a wrapper (jitops.cpu.compile.jit.wrapper): its library links the
     optimised task as it is, and the result is right (tests/test_user_ops.py loads such
     tasks from the disk cache in new processes)."""
     @jitops.elementwise
@@ -123,7 +126,7 @@ def test_the_serial_and_pooled_drivers_are_optimised_lightly_and_their_tasks_are
 
 
 def test_helpers_reach_machine_code_only_through_their_callers():
-    """Libraries compiled by jitops are lazy (jitops.cpu.jit.LazyLibrary): a helper's is
+    """Libraries compiled by jitops are lazy (jitops.cpu.compile.jit.LazyLibrary): a helper's is
     linked into its caller and never turned into machine code of its own; the caller's is,
     once its address is asked for, with its environment pointer set as Numba sets it; and the
     code is right."""
@@ -157,10 +160,10 @@ def test_helpers_reach_machine_code_only_through_their_callers():
 
 @pytest.mark.skipif(not kernels.STREAM_AVAILABLE, reason="x86-64 instruction names")
 def test_lazy_libraries_skip_the_first_function_passes_and_still_vectorise(monkeypatch):
-    """A jitops library runs no function pipeline as modules are added (jitops.cpu.jit:
+    """A jitops library runs no function pipeline as modules are added (jitops.cpu.compile.jit:
     the module pipelines run those passes anyway); the loops still come out as packed vector
     code, for a built-in task and for a user op's task."""
-    from jitops.cpu.spec import KernelSpec
+    from jitops.cpu.kernels.spec import KernelSpec
 
     runs = []
     cg = registries.cpu_target.target_context.codegen()
@@ -217,7 +220,8 @@ import json
 import numpy as np
 import jitops
 from jitops.core import scalar
-from jitops.cpu import jit, kernels, spec
+from jitops.cpu.compile import jit
+from jitops.cpu.kernels import binary as kernels, spec
 x = np.arange(7, dtype=np.int16)
 ok = bool((jitops.subtract(x, np.int16(3), act="relu") == np.maximum(x - 3, 0)).all())
 ops = [c.library._lazy for c in spec._JIT_CACHE[scalar.OPS["subtract"]].overloads.values()]
@@ -241,7 +245,8 @@ _LITERALS = r"""
 import json
 import numpy as np
 import jitops
-from jitops.cpu import kernels, nary, omp, parallel, pool, spec
+from jitops.cpu.kernels import binary as kernels, nary, spec
+from jitops.cpu.threads import omp, parallel, pool
 big = np.arange(1 << 18, dtype=np.float32)
 sq = big.reshape(512, 512)
 jitops.subtract(big, 1.5)  # the pooled driver and the pool (a fresh cache: compiled here)
@@ -274,6 +279,6 @@ def test_no_helper_is_compiled_again_for_a_literal_argument(tmp_path):
     assert r.returncode == 0, r.stderr
     found = json.loads(r.stdout.strip().splitlines()[-1])
     for helper in ("_claim_and_run", "_run_units", "_claim", "run_job", "_take_part"):
-        assert len(found[f"jitops.cpu.pool.{helper}"]) == 1, (helper, found)
+        assert len(found[f"jitops.cpu.threads.pool.{helper}"]) == 1, (helper, found)
     literal = {k: s for k, sigs in found.items() for s in sigs if any("Literal" in a for a in s)}
     assert not literal, literal

@@ -8,7 +8,7 @@ import subprocess
 import sys
 
 from jitops.core import sources
-from jitops.cpu import cache
+from jitops.cpu.compile import cache
 
 CORE = [m for m in sources.all_modules() if m.startswith("jitops.core")]
 
@@ -93,8 +93,9 @@ def test_the_fast_import_scan_reads_what_the_syntax_tree_says():
 def test_cache_stamp_covers_the_files_that_make_kernels():
     # relative to the package folder: the checkout's own folder may be called jitops too
     files = {os.path.relpath(f, sources.ROOT).replace("\\", "/") for f in cache.stamped_files()}
-    for needed in ("cpu/kernels.py", "cpu/spec.py", "cpu/half.py", "core/scalar.py",
-                   "core/dtypes.py", "core/config.py", "cpu/nary.py", "act.py"):
+    for needed in ("cpu/kernels/binary.py", "cpu/kernels/spec.py", "cpu/kernels/half.py",
+                   "core/scalar.py", "core/dtypes.py", "core/config.py", "cpu/kernels/nary.py",
+                   "act.py"):
         assert needed in files, files
     assert not any(f.startswith(("cuda/", "dask/")) for f in files), files
 
@@ -103,8 +104,10 @@ def test_the_front_end_routes_and_the_cpu_backend_keeps_its_repeats():
     """jitops.dispatch imports of the CPU backend only its entry points (the backend, the
     thread count's serial mode for Dask chunks, its repeats) and holds no CPU state: no
     pool, no compiled entries, no keyed memo of its own."""
-    cpu = sorted(d for d in sources.imports("jitops.dispatch") if d.startswith("jitops.cpu."))
-    assert cpu == ["jitops.cpu.backend", "jitops.cpu.parallel", "jitops.cpu.repeat"], cpu
+    cpu = sorted(d for d in sources.imports("jitops.dispatch") if d.startswith("jitops.cpu.")
+                 and not sources.module_file(d).endswith("__init__.py"))  # (packages hold none)
+    assert cpu == [
+        "jitops.cpu.backend", "jitops.cpu.repeat.memo", "jitops.cpu.threads.parallel"], cpu
     text = open(sources.module_file("jitops.dispatch"), encoding="utf-8").read()
     for word in ("pool", "fastcall", "shapeclass", "SLEEPERS", "FAST.", "_REPEATS"):
         assert word not in text, word
@@ -203,14 +206,14 @@ _CLASSES: set[str] = set()
 def test_only_the_modules_the_hooks_table_names_reach_private_interfaces():
     """Every private interface of another library (Numba's internals and undocumented
     options, CPython's C API, NumPy's, PyTorch's) is reached only from a module the hooks
-    table names for it (jitops.cpu.hooks.WHERE), so each is fenced and switchable."""
-    from jitops.cpu import hooks
+    table names for it (jitops.cpu.compile.hooks.WHERE), so each is fenced and switchable."""
+    from jitops.cpu.compile import hooks
 
     own = _own_names()
     for m in sources.all_modules():
         tree = ast.parse(open(sources.module_file(m), encoding="utf-8").read())
         _CLASSES.update(n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef))
-    named = {mod for mods in hooks.WHERE.values() for mod in mods} | {"jitops.cpu.hooks"}
+    named = {mod for mods in hooks.WHERE.values() for mod in mods} | {"jitops.cpu.compile.hooks"}
     reach = {m: _foreign_private(m, own) for m in sources.all_modules()}
     stray = {m: sorted(found) for m, found in reach.items() if found and m not in named}
     assert not stray, stray
@@ -233,11 +236,11 @@ def test_the_private_interface_scan_finds_each_kind():
 
 
 def test_a_struct_is_numbered_from_its_one_definition():
-    """jitops.cpu.layout: words in order, ``:n`` widths, ``|`` a new cache line, ``SIZE``;
+    """jitops.cpu.kernels.layout: words in order, ``:n`` widths, ``|`` a new cache line, ``SIZE``;
     ``fill`` places every field by name and refuses a missing or unknown one."""
     import pytest
 
-    from jitops.cpu import layout
+    from jitops.cpu.kernels import layout
 
     s = layout.struct("S", "A B:3 | C D")
     assert (s.A, s.B, s.C, s.D, s.SIZE) == (0, 1, 8, 9, 10)

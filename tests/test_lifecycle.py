@@ -20,8 +20,8 @@ _AFTER = """
     signal.setitimer(signal.ITIMER_REAL, 0, 0)
     signal.signal(signal.SIGALRM, signal.SIG_IGN)
     signal.signal(SIG, signal.SIG_IGN)
-    from jitops.cpu import pool
-    from jitops.cpu.layout import CONTROL
+    from jitops.cpu.threads import pool
+    from jitops.cpu.kernels.layout import CONTROL
     X = np.random.default_rng(1).standard_normal((2000, 500))
     Y = np.random.default_rng(2).standard_normal(500)
     assert np.array_equal(jitops.subtract(X, Y), X - Y)
@@ -166,7 +166,7 @@ def test_exit_is_quick_after_interrupts():
 
 _HELD_AT_EXIT = """
     import numpy as np, jitops, time
-    from jitops.cpu import pool
+    from jitops.cpu.threads import pool
     x = np.ones(10**6)
     jitops.add(x, 1.0)
     p = pool.get()
@@ -187,7 +187,7 @@ def test_compiles_hold_signals_back_until_they_end(tmp_path):
     code = """
         import signal, time, threading, os
         import numpy as np, jitops
-        from jitops.cpu import lifecycle
+        from jitops.cpu.compile import lifecycle
         seen = []
         def handler(signum, frame):
             seen.append(lifecycle.compile_in_progress())
@@ -483,7 +483,7 @@ def test_every_environment_variable_is_checked_at_import(name, value, says):
 @pytest.mark.parametrize("value, pooled", [("off", False), ("False", False), ("no", False),
                                            ("0", False), ("1", True), ("yes", True)])
 def test_boolean_switches_take_every_spelling(value, pooled):
-    res, _ = _run("from jitops.cpu import pool; print(pool.AVAILABLE)",
+    res, _ = _run("from jitops.cpu.threads import pool; print(pool.AVAILABLE)",
                   env={"JITOPS_POOL": value}, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.strip() == str(pooled)
@@ -525,7 +525,7 @@ def test_nothing_compiles_at_exit(tmp_path):
         event.register("numba:compile", spy)
         def report():
             print("compiled at exit:", len(seen), flush=True)
-        from jitops.cpu import pool
+        from jitops.cpu.threads import pool
         atexit.unregister(pool._stop_at_exit)
         atexit.register(report)  # registered before jitops' stop: runs after it
         atexit.register(pool._stop_at_exit)
@@ -578,7 +578,7 @@ def test_the_same_lambda_made_again_compiles_once():
 
 _START_INTERRUPTED = """
     import signal, threading
-    from jitops.cpu import pool
+    from jitops.cpu.threads import pool
 
     def handler(signum, frame):
         raise KeyboardInterrupt

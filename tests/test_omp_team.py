@@ -1,4 +1,4 @@
-"""jitops' parallel jobs on PyTorch's OpenMP team (jitops.cpu.omp): NumPy's answers on every
+"""jitops' parallel jobs on PyTorch's OpenMP team (jitops.cpu.threads.omp): NumPy's answers on every
 kernel family, failures still reported, only where the team is this process's own, only on
 the main thread, and back to jitops' pool when a team thread stalls the job.
 
@@ -40,8 +40,8 @@ _PRELUDE = """
 import time, numpy as np
 import torch
 import jitops
-from jitops.cpu import omp, pool
-from jitops.cpu.layout import CONTROL
+from jitops.cpu.threads import omp, pool
+from jitops.cpu.kernels.layout import CONTROL
 jitops.set_num_threads(2)
 torch.set_num_threads(2)
 N = 1_000_000
@@ -134,8 +134,8 @@ def test_imported_before_pytorch_the_team_is_used_at_once():
     code = """
         import sys, numpy as np
         import jitops
-        from jitops.cpu import omp, pool
-        from jitops.cpu.layout import CONTROL
+        from jitops.cpu.threads import omp, pool
+        from jitops.cpu.kernels.layout import CONTROL
         assert omp.team() == 0  # no PyTorch yet
         import torch
         assert omp.team() != 0, omp.status()
@@ -265,7 +265,7 @@ def test_a_stand_in_torch_module_is_no_openmp_runtime():
         from unittest import mock
         sys.modules["torch"] = mock.MagicMock()
         import jitops
-        from jitops.cpu import omp
+        from jitops.cpu.threads import omp
         x = np.arange(1_000_000, dtype=np.float64)
         assert np.array_equal(jitops.add(x, 1.0), x + 1.0)
         assert omp.team() == 0
@@ -339,7 +339,7 @@ def test_a_fork_child_of_a_team_on_a_python_that_updates_its_thread_record_uses_
         if pid == 0:
             threading.main_thread()._set_native_id()  # as Python 3.12+ does in a child
             import jitops
-            from jitops.cpu import omp
+            from jitops.cpu.threads import omp
             omp.RECORD_SHOWS_FORKS = False  # what omp decides on Python 3.12+
             done = threading.Event()
             def other():  # a team of this thread's own, seen asleep in libgomp

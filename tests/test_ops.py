@@ -246,9 +246,11 @@ def test_strided_complex_rows_compute_both_parts_in_one_vector(dtype, lane):
     into one packed op: in the built-in task and in a user op's."""
     import re
 
-    from jitops.cpu import kernels, nary, registries
-    from jitops.cpu.jit import inner
-    from jitops.cpu.spec import KernelSpec
+    from jitops.cpu.compile import registries
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels import binary as kernels
+    from jitops.cpu.kernels import nary
+    from jitops.cpu.kernels.spec import KernelSpec
 
     dt = np.dtype(dtype)
     ptr = rf"(?:ptr|<2 x {lane}>\*)"

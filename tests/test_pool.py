@@ -1,4 +1,4 @@
-"""jitops' own thread pool (jitops.cpu.pool): the workers really share the work, a busy pool
+"""jitops' own thread pool (jitops.cpu.threads.pool): the workers really share the work, a busy pool
 never blocks another thread, failures on a worker reach the caller, and an idle pool sleeps.
 
 The pool's control block is read directly: the generation of the last job (``CONTROL.INFO``), the
@@ -20,8 +20,10 @@ import pytest
 
 import jitops
 from jitops.core import config as _config
-from jitops.cpu import kernels, omp, parallel, pool, repeat
-from jitops.cpu.layout import CONTROL
+from jitops.cpu.kernels import binary as kernels
+from jitops.cpu.kernels.layout import CONTROL
+from jitops.cpu.repeat import memo as repeat
+from jitops.cpu.threads import omp, parallel, pool
 
 pytestmark = pytest.mark.skipif(not pool.AVAILABLE, reason="jitops' pool runs on Linux only")
 needs_two = pytest.mark.skipif(parallel.get_num_threads() < 2,
@@ -33,7 +35,7 @@ N = 16 * _config.PARALLEL_THRESHOLD
 @pytest.fixture(autouse=True)
 def _own_workers(monkeypatch):
     """These tests are about the pool's own workers: never PyTorch's OpenMP team, which
-    jitops.cpu.omp picks where another test of this process imported PyTorch
+    jitops.cpu.threads.omp picks where another test of this process imported PyTorch
     (tests/test_omp_team.py covers that)."""
     monkeypatch.setattr(omp, "team", lambda: 0)
     monkeypatch.setattr(omp, "_ready", 0)  # what a launch takes without asking team()
@@ -176,8 +178,8 @@ def test_a_job_of_one_thread_walks_all_its_tasks_each_way(monkeypatch):
 _STEAL_STRESS = """
     import itertools, sys
     import numpy as np, jitops
-    from jitops.cpu import pool
-    from jitops.cpu.layout import CONTROL
+    from jitops.cpu.threads import pool
+    from jitops.cpu.kernels.layout import CONTROL
     assert jitops.get_num_threads() == 5
     rng = np.random.default_rng(7)
     p = pool.get()
@@ -229,7 +231,7 @@ def test_a_long_row_is_cut_into_equal_blocks(threads, n):
     8 of them and the other 7 and a stub (a job 5% longer than an even split)."""
     from jitops.core import config
     from jitops.core.plan import make_plan
-    from jitops.cpu import kernels
+    from jitops.cpu.kernels import binary as kernels
 
     plan = make_plan(((n,), (n,)), ((1,), (1,)), "numpy")
     block, ntasks, rpt, nblk, rows = kernels.task_geometry(plan, threads=threads)[:5]
@@ -301,7 +303,7 @@ def _slow_where_large(x):
 def test_threads_waiting_for_a_held_task_sleep_and_are_woken():
     """A thread with nothing left to claim while another still runs the job's last task
     spins briefly, then sleeps on the futex (its core free for the scheduler to move a held
-    thread there: jitops.cpu.pool._wait_done) and is woken when the last task is counted.
+    thread there: jitops.cpu.threads.pool._wait_done) and is woken when the last task is counted.
     With the sleep's own timeout raised to 0.9 s, a missed wake would cost a call that long:
     each call here takes milliseconds, and the answer is complete."""
     p = pool.get()
@@ -433,7 +435,7 @@ def test_workers_have_room_for_staged_tiles_whatever_stack_size_the_program_set(
         import threading
         threading.stack_size(160 * 1024)
         import numpy as np, jitops
-        from jitops.cpu import pool
+        from jitops.cpu.threads import pool
 
         @jitops.elementwise
         def f4(a, b, c, d):
@@ -487,8 +489,8 @@ def test_a_forked_child_knows_its_own_pid_and_pool():
     pool and workers of its own, and its large calls are right and shared with them."""
     code = """
         import os, numpy as np, jitops
-        from jitops.cpu import pool
-        from jitops.cpu.layout import CONTROL
+        from jitops.cpu.threads import pool
+        from jitops.cpu.kernels.layout import CONTROL
         x = np.arange(1 << 20, dtype=np.float64)
         assert np.array_equal(jitops.add(x, x), x + x)
         parent = pool.get()
@@ -551,7 +553,7 @@ def test_a_repeat_while_the_workers_sleep_runs_serially_and_wakes_them_in_a_burs
     wakes them, and a repeat called while they are awake is a parallel job again. out=, a
     new result, a weak scalar."""
     from jitops import dispatch
-    from jitops.cpu import hooks
+    from jitops.cpu.compile import hooks
 
     if not hooks.ok("fastcall"):  # the serial run is the compiled entry's
         pytest.skip("the fastcall hook is off here (tests/test_hooks.py covers the public path)")
@@ -630,8 +632,8 @@ def test_a_forked_child_repeats_a_call_remembered_while_the_parents_pool_slept()
     on the child's own pool, right (the parent's control block, copied, is not the child's)."""
     code = """
         import os, time, numpy as np, jitops
-        from jitops.cpu import pool
-        from jitops.cpu.layout import CONTROL
+        from jitops.cpu.threads import pool
+        from jitops.cpu.kernels.layout import CONTROL
         x = np.arange(1 << 17, dtype=np.float32)
         for _ in range(3):
             jitops.add(x, x)

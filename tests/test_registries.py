@@ -1,4 +1,4 @@
-"""jitops compiles its kernels under light Numba registries (jitops.cpu.registries): faster
+"""jitops compiles its kernels under light Numba registries (jitops.cpu.compile.registries): faster
 first calls, never a failed one, and nothing changed for other Numba users in the process."""
 
 import json
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 import jitops
-from jitops.cpu import registries
+from jitops.cpu.compile import registries
 
 _FRESH = r"""
 import json, sys
 import numpy as np
 import jitops
-from jitops.cpu import registries
+from jitops.cpu.compile import registries
 from numba.core.registry import cpu_target
 x = np.arange(1000, dtype=np.float32)
 ok = bool((jitops.subtract(x, 1.5) == x - 1.5).all())

@@ -1,4 +1,4 @@
-"""Shape classes (jitops.cpu.shapeclass): one compiled entry takes every shape of a kind of
+"""Shape classes (jitops.cpu.repeat.shapeclass): one compiled entry takes every shape of a kind of
 call. Each answer is compared with NumPy's, each meta the entry plans with the planner's,
 and every object outside the class must be refused (then the planner decides, as before)."""
 
@@ -7,8 +7,10 @@ import pytest
 
 import jitops
 from jitops import dispatch
-from jitops.cpu import fastcall, kernels, repeat, shapeclass
-from jitops.cpu.layout import CLASS, META
+from jitops.cpu.kernels import binary as kernels
+from jitops.cpu.kernels.layout import CLASS, META
+from jitops.cpu.repeat import fastcall, shapeclass
+from jitops.cpu.repeat import memo as repeat
 
 pytestmark = pytest.mark.skipif(
     kernels.HEADER_OFFSETS is None or not fastcall.hooks.ok("fastcall"),

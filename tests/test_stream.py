@@ -1,5 +1,5 @@
-"""Non-temporal (streaming) stores (jitops.cpu.stream): when they are chosen, that the machine
-code really has vector non-temporal stores, and -- the shortcut's safety net -- that every
+"""Non-temporal (streaming) stores (jitops.cpu.kernels.stream): when they are chosen, that the
+machine code really has vector non-temporal stores, and -- the shortcut's safety net -- that every
 element they write is NumPy's, for every dtype that streams, every output alignment (the
 aligned head, the vector body, the scalar tail), rows shorter than a head, each row loop,
 the serial and parallel kernels and user ops (whose rows run in chunks).
@@ -18,7 +18,9 @@ import pytest
 import jitops
 from jitops import dispatch
 from jitops.core import config
-from jitops.cpu import kernels, repeat, stream
+from jitops.cpu.kernels import binary as kernels
+from jitops.cpu.kernels import stream
+from jitops.cpu.repeat import memo as repeat
 
 X86 = platform.machine().lower() in ("x86_64", "amd64")
 DTYPES = ["bool", "int8", "uint8", "int16", "float16", "int32", "float32", "int64", "uint64",
@@ -38,7 +40,7 @@ def stream_everything(monkeypatch):
 
 def _launch_streams(call) -> bool:
     """Whether the launch the fast path kept for ``call`` runs a streaming task."""
-    from jitops.cpu import nary
+    from jitops.cpu.kernels import nary
 
     dispatch.clear()
     call()
@@ -90,8 +92,8 @@ def test_chosen_for_outputs_beyond_the_cache(monkeypatch):
 def test_the_machine_code_has_vector_non_temporal_stores(dtype, insn):
     """The loop vectoriser turned the scalar non-temporal stores into vector ones (compiled
     afresh, uncached: a kernel loaded from the disk cache carries no assembly text)."""
-    from jitops.cpu.jit import inner
-    from jitops.cpu.spec import KernelSpec
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels.spec import KernelSpec
 
     dt = np.dtype(dtype)
     spec = KernelSpec("add", None, dt, dt, dt, dt, stream=True)
@@ -109,8 +111,9 @@ def test_a_user_ops_rows_vectorise_with_non_temporal_stores():
     streaming task compiled afresh (uncached)."""
     import re
 
-    from jitops.cpu import nary, registries
-    from jitops.cpu.jit import inner
+    from jitops.cpu.compile import registries
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels import nary
 
     f = jitops.elementwise(lambda a, b, c: a * b + c)
     dt = np.dtype(np.float32)
@@ -192,7 +195,7 @@ def test_transposes_stream_their_tile_rows_at_every_output_alignment(stream_ever
     TILE_J elements and a partial last tile, starting at every alignment (rows of an odd
     length move the start of each one), serial and parallel-sized, either operand
     transposed; every element is NumPy's, and the launch really is a tiled streaming one."""
-    from jitops.cpu import nary
+    from jitops.cpu.kernels import nary
 
     itemsize = np.dtype(dtype).itemsize
     for rows, cols in ((67, 1029), (130, 700)):  # 69k and 91k elements: both drivers
@@ -249,7 +252,7 @@ def test_store_choice_keeps_the_kind_with_the_lower_median(monkeypatch):
     each, then keeps the kind whose median time is lower; the ordinary task is only asked
     for once a call needs it."""
     from jitops.cpu import backend
-    from jitops.cpu.spec import KernelSpec
+    from jitops.cpu.kernels.spec import KernelSpec
 
     asked = []
     monkeypatch.setattr(kernels, "task_address", lambda spec: asked.append(spec) or 222)

@@ -23,8 +23,8 @@ import pytest
 
 import jitops
 from jitops.core import config as _config
-from jitops.cpu import parallel
-from jitops.cpu.layout import CONTROL
+from jitops.cpu.kernels.layout import CONTROL
+from jitops.cpu.threads import parallel
 
 from .helpers import cgroup_join_source, cgroup_v1_child
 
@@ -155,7 +155,7 @@ def test_a_repeated_call_follows_the_count_of_each_call():
 def test_a_repeat_with_a_weak_scalar_follows_the_count_after_threads_one():
     """``x - 3.0`` remembered inside ``threads(1)`` is not kept as a serial repeat: once the
     block is left, the same call runs parallel jobs again."""
-    from jitops.cpu import pool
+    from jitops.cpu.threads import pool
 
     x = np.linspace(-1, 1, N).astype(np.float32)
     out = np.empty_like(x)
@@ -266,7 +266,9 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
     worker per core) are remembered: their repeats skip the keyed path and the launch's
     Python (here made to fail if reached), any arrays of that kind, the weak scalar too. Once
     the count is raised, the same repeat runs parallel jobs again."""
-    from jitops.cpu import backend, hooks, pool
+    from jitops.cpu import backend
+    from jitops.cpu.compile import hooks
+    from jitops.cpu.threads import pool
 
     if not hooks.ok("fastcall"):
         pytest.skip("the fastcall hook is off here (tests/test_hooks.py covers the public path)")
@@ -309,7 +311,7 @@ def test_a_parallel_size_repeat_on_one_thread_takes_a_serial_entry_that_checks_t
 def _count_in_child(env: dict, prelude: str = "") -> tuple[int, str]:
     code = textwrap.dedent(prelude) + textwrap.dedent("""
         import jitops
-        from jitops.cpu import parallel
+        from jitops.cpu.threads import parallel
         print(jitops.get_num_threads(), parallel.info()["num_threads_source"], sep="|")
     """)
     base = {k: v for k, v in os.environ.items()

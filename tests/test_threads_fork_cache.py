@@ -72,7 +72,7 @@ def test_second_process_hits_the_disk_cache(tmp_path):
     env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
     code = """
         import time, numpy as np, jitops
-        from jitops.cpu import kernels as _cpu
+        from jitops.cpu.kernels import binary as _cpu
         x = np.ones(10, np.float32)
         t = time.perf_counter(); jitops.multiply(x, x, act="tanh"); dt = time.perf_counter() - t
         s = _cpu._task.stats  # the op- and dtype-specific code (the drivers are shared)
@@ -106,7 +106,7 @@ def test_cache_can_be_switched_off(tmp_path):
 
 
 def test_serial_block_runs_the_serial_kernels_and_restores(rng):
-    from jitops.cpu import parallel as _threading
+    from jitops.cpu.threads import parallel as _threading
 
     x = rng.random(2 * _config.PARALLEL_THRESHOLD)
     assert _threading.parallel_allowed()

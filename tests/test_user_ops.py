@@ -18,7 +18,7 @@ import pytest
 
 import jitops
 from jitops.core.plan import TILED
-from jitops.cpu import repeat
+from jitops.cpu.repeat import memo as repeat
 
 
 # module-level user ops: cacheable on disk (a file-backed function)
@@ -337,7 +337,7 @@ def test_scalar_operands_repeat_through_the_fast_path(monkeypatch, rng):
 def test_a_repeat_is_rechecked_by_the_kernel(n, rng):
     # A repeat hands the kernel the caller's arrays; the kernel checks alignment, out's
     # writeable flag and overlap itself and refuses (nothing written) so the pipeline decides.
-    from jitops.cpu import kernels
+    from jitops.cpu.kernels import binary as kernels
 
     assert kernels.FLAGS_OFFSET >= 0 or sys.implementation.name != "cpython"
     x, w, b = (rng.random(n) for _ in range(3))
@@ -372,7 +372,9 @@ def test_a_repeat_is_rechecked_by_the_kernel(n, rng):
 def test_user_kernel_takes_data_addresses_when_the_header_offset_is_unverified(rng):
     from jitops.core.pipeline import byte_extent
     from jitops.core.plan import make_plan
-    from jitops.cpu import backend, kernels, nary
+    from jitops.cpu import backend
+    from jitops.cpu.kernels import binary as kernels
+    from jitops.cpu.kernels import nary
 
     x, w, b = (rng.random((4, 6)) for _ in range(3))
     out = np.zeros((4, 6))
@@ -414,7 +416,7 @@ def test_cpu_parallel_and_tiled(shape, fx, rng):
         call = prepare(backend.MEMORY, axpb, "axpb", (x, w, y), "numpy", -1, None, None)
         assert call.plan.variant == TILED
     # the serial kernel gives the same answer
-    from jitops.cpu import parallel
+    from jitops.cpu.threads import parallel
 
     with parallel.serial():
         np.testing.assert_array_equal(axpb(x, w, y), got)
@@ -452,7 +454,7 @@ def test_tiled_user_op_stages_inputs_across_rows(dtype, layout, shape, rng):
 def test_tiled_user_op_past_the_staged_inputs_and_out_transposed(rng):
     """Inputs after the first ``nary.STAGED_INPUTS`` are read in place at their strides; a
     transposed out is written at its strides (its rows stride across the tile)."""
-    from jitops.cpu import nary
+    from jitops.cpu.kernels import nary
 
     assert nary.STAGED_INPUTS == 4
     xs = [_data(rng, (90, 77), "float64").T for _ in range(5)]  # all five across the rows
@@ -468,8 +470,9 @@ def test_tiled_user_op_staging_is_compiled_in():
     """The staging copy is in a user op's task: its 8 x 8 transposes hint the lines they
     read next (kernels.transpose_block's prefetches, the only ones a user task has): a
     speed path the values cannot show."""
-    from jitops.cpu import nary, registries
-    from jitops.cpu.jit import inner
+    from jitops.cpu.compile import registries
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels import nary
 
     dt = np.dtype(np.float32)
     axpb(*[np.ones((2, 2), dt)] * 3)  # registers the function
@@ -528,7 +531,7 @@ def test_module_level_user_op_is_loaded_from_the_disk_cache_in_a_new_process(tmp
     """))
     code = textwrap.dedent("""
         import numpy as np, myops
-        from jitops.cpu import nary
+        from jitops.cpu.kernels import nary
         x = np.linspace(-1, 1, 10).astype(np.float32)
         r = myops.fused(x, 2.0, np.float32(0.5))
         assert np.array_equal(r, np.maximum(x * 2 + 0.5, 0).astype(np.float32))

@@ -24,9 +24,9 @@ from collections.abc import Callable
 import numpy as np
 from numba import float32, njit, prange
 
-from ..cpu.spec import as_pointer
-from ..cpu.stream import AVAILABLE as STREAMS
-from ..cpu.stream import store_fence, stream_head, stream_put
+from ..cpu.kernels.spec import as_pointer
+from ..cpu.kernels.stream import AVAILABLE as STREAMS
+from ..cpu.kernels.stream import store_fence, stream_head, stream_put
 
 
 def calibrate(fn: Callable[[], object], min_batch_s: float) -> int:
@@ -180,7 +180,7 @@ _NT_TASKS = 64
 
 @njit(parallel=True, cache=False)
 def stream_sub_nt(x, y, o):  # pragma: no cover - compiled
-    """``o = x - y`` on float32 with non-temporal stores (jitops' :mod:`jitops.cpu.stream`
+    """``o = x - y`` on float32 with non-temporal stores (jitops' :mod:`jitops.cpu.kernels.stream`
     intrinsics): no read of each output line before it is written, so three transfers for
     three arrays -- the limit an elementwise op can reach. Read and written through pointers,
     so the loop vectorises."""
@@ -261,7 +261,7 @@ t0 = time.perf_counter()
 import jitops
 t1 = time.perf_counter()
 import numpy as np
-from jitops.cpu import kernels as _cpu
+from jitops.cpu.kernels import binary as _cpu
 x = np.ones(1000, np.float32)
 t2 = time.perf_counter()
 jitops.subtract(x, x)
@@ -275,7 +275,7 @@ jitops.add(big, np.ones(1 << 18, np.int8))  # a new signature on an array above 
 t6 = time.perf_counter()
 sys.path.insert(0, os.environ["JITOPS_BENCH_USER_DIR"])
 import jitops_bench_user_op as _u  # a module-level user op (jitops.elementwise)
-from jitops.cpu import nary as _nary
+from jitops.cpu.kernels import nary as _nary
 t7 = time.perf_counter()
 _u.fused(x, x, x)  # compiled the first time, from the disk cache afterwards
 t8 = time.perf_counter()
@@ -403,7 +403,7 @@ def machine() -> dict:
     import numba
 
     import jitops
-    from jitops.cpu import parallel as _threading
+    from jitops.cpu.threads import parallel as _threading
 
     jitops.add(np.ones(1 << 17), 1.0)  # a parallel launch, so the layer reported is the real one
     info = {

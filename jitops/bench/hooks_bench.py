@@ -1,4 +1,4 @@
-"""What each speed hook buys (jitops.cpu.hooks): the same measurement with it on and off.
+"""What each speed hook buys (jitops.cpu.compile.hooks): the same measurement with it on and off.
 
 Each measurement runs in a fresh process, the hook turned off by ``JITOPS_DISABLE_HOOKS``;
 processes with every hook on and with one off alternate, and each side's median is kept.

@@ -123,7 +123,7 @@ def sporadic_alone(scale: float) -> list[dict]:
     """The sporadic call (``x - y`` into ``out=``, float32, 2 ms asleep before each call) at
     :data:`SPORADIC_ALONE_SIZES`, in a process of its own that never imports PyTorch: its
     jobs run on jitops' own pool, whose workers fall asleep in the gap (in this suite's
-    process, PyTorch's OpenMP team runs them, :mod:`jitops.cpu.omp`). Against NumPy,
+    process, PyTorch's OpenMP team runs them, :mod:`jitops.cpu.threads.omp`). Against NumPy,
     alternating call by call, each call timed alone."""
     rounds = max(40, int(400 * scale))
     res = subprocess.run([sys.executable, "-c", _SPORADIC_ALONE, str(rounds),

@@ -102,7 +102,7 @@ BLOCK_MIN = 4096
 #: 32 x 32, and was the best or near it for int8, int16 and float64 too. 16 x 256 was 5-10%
 #: faster on 4096^2 float32, float64 and int16 but 35% slower on 3162^2 int16 (three
 #: alternated rounds), and tiles wider than 512 (staged in bands) 1.6-2x slower. At most
-#: ``jitops.cpu.kernels.TILE_MAX`` elements (a staged tile lives on the task's stack).
+#: ``jitops.cpu.kernels.binary.TILE_MAX`` elements (a staged tile lives on the task's stack).
 TILE = (env_int("JITOPS_TILE_I", 8, 1), env_int("JITOPS_TILE_J", 512, 1))
 
 #: Whether tiled tasks move their tile edges onto the operands' cache lines (1, the default;
@@ -127,9 +127,9 @@ def _last_level_cache_bytes(default: int = 32 << 20) -> int:
     return best or default
 
 
-#: Outputs of at least this many bytes are written with non-temporal stores (jitops.cpu.stream):
-#: the last-level cache's size, since a larger output cannot stay cached for its next reader
-#: anyway and its read-for-ownership is pure cost. 0 turns streaming off.
+#: Outputs of at least this many bytes are written with non-temporal stores
+#: (jitops.cpu.kernels.stream): the last-level cache's size, since a larger output cannot stay
+#: cached for its next reader anyway and its read-for-ownership is pure cost. 0 turns streaming off.
 STREAM_BYTES = env_int("JITOPS_STREAM_BYTES", _last_level_cache_bytes())
 
 

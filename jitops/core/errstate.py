@@ -2,7 +2,7 @@
 
 The kernels read the hardware's sticky exception flags (x86-64's MXCSR) around every task --
 cleared before it, read after it, ORed over a job's tasks -- and a launch that raised some
-returns ``FP_RAISED | flags`` instead of OK (jitops.cpu.kernels). The result is written
+returns ``FP_RAISED | flags`` instead of OK (jitops.cpu.kernels.binary). The result is written
 either way; :func:`report` then does what ``np.geterr()`` asks for each flag, in NumPy's
 order (divide, over, under, invalid): nothing, a RuntimeWarning, a FloatingPointError, a call
 of ``np.geterrcall()``, a line on stdout, or a ``write`` to the errcall object -- with NumPy's

@@ -17,8 +17,8 @@ accumulator of its frame's shape, whose strides in the space are 0 on the summed
 
 So a sum does not depend on the thread count: the split is chosen from the shape, and the
 order every element is added in follows from the plan (:class:`ReducePlan`). Inside a row the
-kernels sum blocks pairwise (jitops.cpu.reduce); across rows they add in order, as NumPy does
-along an outer axis.
+kernels sum blocks pairwise (jitops.cpu.kernels.reduce); across rows they add in order, as NumPy
+does along an outer axis.
 """
 
 from __future__ import annotations

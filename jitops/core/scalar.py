@@ -42,7 +42,7 @@ def fma(a, b, c):
     """``a * b + c`` rounded once (fused multiply-add).
 
     Plain Python here; each backend compiles it to its hardware instruction (the CPU through
-    LLVM's ``llvm.fma``, see :mod:`jitops.cpu.spec`; CUDA through ``cuda.fma``).
+    LLVM's ``llvm.fma``, see :mod:`jitops.cpu.kernels.spec`; CUDA through ``cuda.fma``).
     """
     return a * b + c
 
@@ -86,7 +86,8 @@ def complex_multiply_fma(a, b, T):
 def ge_signaling(a, b):
     """``a >= b`` as C compiles it: an ordered comparison that raises *invalid* where ``a`` or
     ``b`` is NaN (x86's ``comisd``; LLVM's own ``fcmp`` is quiet). Each CPU target compiles
-    its own (jitops.cpu.spec); on a target without floating-point flags it is just ``>=``."""
+    its own (jitops.cpu.kernels.spec); on a target without floating-point flags it is just
+    ``>=``."""
     return a >= b
 
 

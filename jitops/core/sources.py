@@ -17,7 +17,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the jitops
 
 
 def module_file(module: str) -> str | None:
-    """The source file of a jitops module (``jitops.cpu.kernels``), or None if there is none."""
+    """The source file of a jitops module (``jitops.cpu.kernels.binary``), or None if there is
+    none."""
     parts = module.split(".")[1:]
     base = os.path.join(ROOT, *parts)
     for cand in (base + ".py", os.path.join(base, "__init__.py")):
@@ -127,7 +128,7 @@ def cycles() -> list[list[str]]:
     """Import cycles among jitops' modules (each as a list of modules), none expected.
 
     A package ``__init__`` is left out of the edges its submodules have to it: importing
-    ``jitops.cpu.kernels`` runs ``jitops/__init__`` first whatever the code says."""
+    ``jitops.cpu.kernels.binary`` runs ``jitops/__init__`` first whatever the code says."""
     graph = {m: {d for d in imports(m) if not m.startswith(d + ".")} for m in all_modules()}
     found, state = [], {}
 

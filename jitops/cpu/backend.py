@@ -2,7 +2,7 @@
 
 :data:`MEMORY` tells the pipeline (jitops.core.pipeline) how host arrays are read, copied and
 allocated; :func:`launch` runs a :class:`~jitops.core.pipeline.PreparedCall` on the serial or
-parallel kernel (jitops.cpu.kernels) and returns the :class:`Launch` it used, which the front
+parallel kernel (jitops.cpu.kernels.binary) and returns the :class:`Launch` it used, which the front
 end keeps for repeats of the same call (the fast path, jitops.ops).
 """
 
@@ -19,8 +19,12 @@ import numpy as np
 from ..core import catalog, config, errstate
 from ..core.pipeline import PreparedCall, byte_extent, element_strides
 from ..core.plan import TILED, contiguous_strides
-from . import kernels, nary, parallel, pool, recycle, registries
-from .spec import KernelSpec
+from . import recycle
+from .compile import registries
+from .kernels import binary as kernels
+from .kernels import nary
+from .kernels.spec import KernelSpec
+from .threads import parallel, pool
 
 _I64 = numba.types.int64
 
@@ -125,7 +129,8 @@ def _deliver(target: np.ndarray, out: np.ndarray | None) -> None:
         np.copyto(out, target)
 
 #: What a kernel is given for each array: the object's address when the kernel can read the
-#: data pointer from the object itself (see jitops.cpu.kernels), else the data address (1 us).
+#: data pointer from the object itself (see jitops.cpu.kernels.binary), else the data address (1
+#: us).
 ref = id if kernels.DATA_OFFSET >= 0 else _address
 #: Whether the kernels refuse an ``out`` that is not writeable (status READ_ONLY).
 FLAGS_CHECKED = kernels.FLAGS_OFFSET >= 0
@@ -153,8 +158,8 @@ _DRIVERS: dict = {}
 
 
 def drivers(family: dict, sig: tuple) -> tuple:
-    """The compiled drivers :func:`jitops.cpu.parallel.launch` takes for a ``KERNELS`` family
-    (the built-ins' or the user ops'): pooled and serial on jitops' pool, else Numba's
+    """The compiled drivers :func:`jitops.cpu.threads.parallel.launch` takes for a ``KERNELS``
+    family (the built-ins' or the user ops'): pooled and serial on jitops' pool, else Numba's
     parallel one and the serial one (for a call that finds the layer's one launch taken).
     Resolved on the first parallel call, then one dictionary lookup."""
     d = _DRIVERS.get(id(family))
@@ -353,7 +358,7 @@ class Launch(_Output):
 
 def header_checks(launch: Launch, arrays, threads: int = 1) -> np.ndarray | None:
     """The meta of ``launch`` for ``threads`` with header checks for ``arrays`` (target, x,
-    y): see :func:`jitops.cpu.kernels.header_checks`; None at once where the ndarray layout
+    y): see :func:`jitops.cpu.kernels.binary.header_checks`; None at once where the ndarray layout
     is not verified (no meta built)."""
     if kernels.HEADER_OFFSETS is None:
         return None
@@ -409,7 +414,7 @@ class UserLaunch(_Output):
     """A user op's launch once its arrays' geometry is known (the fast path keeps these, as
     it keeps :class:`Launch` for the built-ins): compiled task and meta. The kernel re-checks
     what can differ between calls of the same geometry (alignment, out writeable, overlap of
-    ``out``) before anything is written (jitops.cpu.nary.uresolve)."""
+    ``out``) before anything is written (jitops.cpu.kernels.nary.uresolve)."""
 
     __slots__ = ("task", "metas", "parallel", "shape", "dtype", "strides", "in_dtypes")
 
@@ -461,7 +466,7 @@ def _user_launch_for(spec: nary.UserSpec, plan, dtype: np.dtype, geometry) -> Us
 
 
 def _launch_user(call: PreparedCall) -> UserLaunch:
-    """Run a user op (``jitops.elementwise``) on the N-input kernels (jitops.cpu.nary)."""
+    """Run a user op (``jitops.elementwise``) on the N-input kernels (jitops.cpu.kernels.nary)."""
     op = call.impl
     arrays = (call.target, *call.inputs)
     ins = tuple(a.dtype for a in call.inputs)

@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from ..core import config, limits
-from . import hooks, lifecycle
+from .compile import hooks, lifecycle
 
 _get_ident = threading.get_ident
 

@@ -33,7 +33,7 @@ from numba import cuda
 from numba.core import sigutils
 
 from ..core import config
-from ..cpu.cache import memoized_stamp
+from ..cpu.compile.cache import memoized_stamp
 from . import rounding
 from .spec import SIMULATOR, combine, element, gather, identity, load, offsets
 
@@ -210,8 +210,8 @@ def _enable_cache(kernel) -> None:
         from numba.cuda.dispatcher import CUDACache, CUDACacheImpl
     except ImportError:  # pragma: no cover - the built-in numba.cuda: uncached
         return
-    from ..cpu.cache import LocatorMixin
-    from ..cpu.hooks import check_once
+    from ..cpu.compile.cache import LocatorMixin
+    from ..cpu.compile.hooks import check_once
 
     if not check_once(_CACHE_STATE, "cuda_cache", _cache_why_not, "jitops' CUDA kernels "
                       "compile in every process (no disk cache)"):

@@ -1,4 +1,4 @@
-"""A pass of several results, some reduced, on the GPU (the CPU's is jitops.cpu.reduce).
+"""A pass of several results, some reduced, on the GPU (the CPU's is jitops.cpu.kernels.reduce).
 
 Each stored result is one launch of the map kernels (``strided``) writing that value of the
 function; each reduced result is a launch of ``reduce_rows`` over the space viewed as rows of
@@ -20,7 +20,7 @@ import numpy as np
 
 from ..core.plan import contiguous_strides, expand_strides, make_plan
 from ..core.reduction import segments
-from ..cpu.nary import function_key
+from ..cpu.kernels.nary import function_key
 from . import kernels
 from .backend import CudaMemory, _flat, _launch, _run
 from .spec import CudaSpec, magic, register

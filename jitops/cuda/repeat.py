@@ -78,7 +78,7 @@ import struct
 
 from numba import cuda
 
-from ..cpu.hooks import check_once
+from ..cpu.compile.hooks import check_once
 from . import arrays, backend, kernels
 from .spec import SIMULATOR
 

@@ -66,7 +66,7 @@ def _why_not() -> str | None:
 def install() -> bool:
     """Wrap numba-cuda's NVVM entry once per process; whether jitops' kernels get ``-fma=0``.
     A failed check warns once and leaves NVVM's default."""
-    from ..cpu.hooks import check_once
+    from ..cpu.compile.hooks import check_once
 
     return check_once(_state, NAME, _why_not, "NVVM may fuse a multiply and the add it feeds "
                       "in jitops' CUDA kernels (one rounding where NumPy has two)")

@@ -1,4 +1,4 @@
-"""CUDA kernel specialisation as a Numba type, as on the CPU (jitops.cpu.spec).
+"""CUDA kernel specialisation as a Numba type, as on the CPU (jitops.cpu.kernels.spec).
 
 The CUDA kernels (jitops.cuda.kernels) are a few module-level functions, so numba-cuda's
 on-disk cache can find them in a new process. They are specialised per op and dtype through

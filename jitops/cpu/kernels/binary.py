@@ -8,9 +8,9 @@ loop where out is unit-stride and each input unit-stride or constant (NumPy's
 ``BINARY_LOOP_FAST`` cases; non-temporal stores beyond the last-level cache), else the
 strided loop (:func:`row`). A driver (:func:`driver_table`: parallel, serial, pooled) takes
 the task's address, the three operand objects' addresses and the meta's address
-(jitops.cpu.layout.META), makes the checks (:func:`emit_checks`) and runs the tasks: a status,
-never a silent failure. One compiled task per KernelSpec; rank, layout and writeability never
-multiply signatures.
+(jitops.cpu.kernels.layout.META), makes the checks (:func:`emit_checks`) and runs the tasks: a
+status, never a silent failure. One compiled task per KernelSpec; rank, layout and writeability
+never multiply signatures.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ from numba import njit, prange, types
 from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
-from ..core import config
-from ..core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
-from . import cache, hooks, layout, parallel, pool, registries
-from .jit import ENTRY, driver, inner
+from ...core import config
+from ...core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
+from ..compile import cache, hooks, registries
+from ..compile.jit import ENTRY, driver, inner
+from ..threads import parallel, pool
+from . import layout
 from .layout import META, OPERAND
 from .spec import KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
@@ -52,7 +54,7 @@ FP_RAISED = 32
 #: odometer, which lives on that task's own stack.
 MAX_DIMS = 64
 
-#: The built-in kernels' meta (jitops.cpu.layout.META) has three operands: out, x, y.
+#: The built-in kernels' meta (jitops.cpu.kernels.layout.META) has three operands: out, x, y.
 NOPS = 3
 #: Where their meta's shape starts.
 SHAPE = layout.shape_at(NOPS)
@@ -192,7 +194,7 @@ def odometer_step(typingctx, meta, nd, idx, oo, xo, yo):
 
 
 #: Set once; the meta arrays carry them, so compiled kernels never bake them in.
-#: Offsets in an ndarray object the kernels read (jitops.cpu.hooks, ``ndarray_header``): the
+#: Offsets in an ndarray object the kernels read (jitops.cpu.compile.hooks, ``ndarray_header``): the
 #: data pointer (-1: the caller resolves data addresses), the flags (-1: not read), and the
 #: type, rank, shape, strides and dtype words the memo's header checks compare (None: no memo).
 _HEADER = hooks.header_offsets() if hooks.ok("ndarray_header") else None
@@ -263,7 +265,7 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> No
     spec streams (``h == n``: nothing streams). ``chunk_at(j)`` gives the chunk starting at
     element ``j``: ``(value_at, out)``, ``value_at(i)`` the value of its element ``i`` and
     ``out`` where its output starts. The built-in rows (:func:`row`) and the user ops' rows
-    (jitops.cpu.nary) share it."""
+    (jitops.cpu.kernels.nary) share it."""
     j = cgutils.alloca_once_value(b, _c(0))
     cond = b.append_basic_block(f"{name}.chunk.cond")
     body = b.append_basic_block(f"{name}.chunk.body")
@@ -933,7 +935,7 @@ def finish(failed, fp):
 
 @register_jitable
 def finish_job(r):
-    """The status of :func:`jitops.cpu.pool.run_job`'s result."""
+    """The status of :func:`jitops.cpu.threads.pool.run_job`'s result."""
     return finish(r & ((1 << pool.JOB_FP_SHIFT) - 1), r >> pool.JOB_FP_SHIFT)
 
 
@@ -952,7 +954,7 @@ def renamed(fn, name: str):
 def driver_table(drive, pooled, name: str, c_serial: bool = False, **more) -> dict:
     """A kernel family's drivers: ``drive`` (the checks, then every task under ``prange``)
     compiled with ``parallel=True`` and serially (``c_serial``: C-callable too), and
-    ``pooled`` (the checks, then the tasks on jitops' own pool, jitops.cpu.pool); with
+    ``pooled`` (the checks, then the tasks on jitops' own pool, jitops.cpu.threads.pool); with
     ``more`` entries, each cached on disk."""
     table = {"parallel": njit(parallel=True, **ENTRY)(renamed(drive, f"_{name}_parallel")),
              "serial": driver(renamed(drive, f"_{name}_serial"), c_serial),
@@ -1040,7 +1042,7 @@ def split_rows(inner: int, rows: int, block: int, given: bool, nthreads: int,
                block_min: int) -> tuple[int, int, int, int]:
     """``rows`` rows of ``inner`` elements cut into tasks: ``(block, ntasks, rows_per_task,
     nblk)``. Python (:func:`task_geometry`) and the compiled shape-class entry
-    (:mod:`jitops.cpu.shapeclass`) both call this one definition."""
+    (:mod:`jitops.cpu.repeat.shapeclass`) both call this one definition."""
     if inner >= 2 * block:
         nblk = -(-inner // block)
         if not given:
@@ -1069,8 +1071,8 @@ def read_in_full(plan: Plan) -> list[bool]:
 
 def should_stream(plan: Plan, out: np.dtype, inputs: tuple[np.dtype, ...],
                   staged_tiles: bool = False) -> bool:
-    """Whether a call writes its output with non-temporal stores (jitops.cpu.stream): where the
-    data it moves -- the output and every input read in full -- is at least
+    """Whether a call writes its output with non-temporal stores (jitops.cpu.kernels.stream): where
+    the data it moves -- the output and every input read in full -- is at least
     ``config.STREAM_BYTES`` (the last-level cache; a cache-resident output is better left there
     for its reader), its rows are unit-stride and its dtype not complex; x86-64 only. A
     write-only launch (every input broadcast) then times both stores (backend.StoreChoice).
@@ -1104,7 +1106,7 @@ def build_meta(plan: Plan, alignments: tuple[int, ...] | None = None, extents=No
                same: tuple[bool, ...] | None = None, data_offset: int | None = None,
                block: int | None = None, tile: tuple[int, int] | None = None,
                threads: int | None = None) -> np.ndarray:
-    """The int64 meta of a launch of ``plan`` (jitops.cpu.layout.META), for either kernel
+    """The int64 meta of a launch of ``plan`` (jitops.cpu.kernels.layout.META), for either kernel
     family, its tasks balanced for ``threads`` (default: what a call from here would use).
 
     Per operand, out first: ``alignments`` of the data pointers, ``same`` (the operand is

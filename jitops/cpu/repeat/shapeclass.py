@@ -6,8 +6,8 @@ the arrays it is handed and writes the meta on its stack (:func:`plan_call`). Ev
 C-contiguous, fewer elements than :func:`limit` (serial), and either ``FLAT`` (the inputs of
 the result's shape, or a 0-d one: one dim) or ``ROWS`` (one input of the result's shape, the
 other its trailing dims, NumPy's or Paddle's trailing ``axis``: rows of ``k``). A class is
-keyed by op, keywords, dtypes and each operand's rank; its words (jitops.cpu.layout.CLASS) say
-what the entry compares in each object's header. Before a class is used its meta must equal
+keyed by op, keywords, dtypes and each operand's rank; its words (jitops.cpu.kernels.layout.CLASS)
+say what the entry compares in each object's header. Before a class is used its meta must equal
 the planner's word for word (:func:`meta_of`), and its first result the planned call's.
 """
 
@@ -17,12 +17,13 @@ import numpy as np
 from numba import njit, types
 from numba.extending import register_jitable
 
-from ..core import config
-from . import cache, layout, registries
-from . import kernels as K
-from .layout import CLASS as W
-from .layout import META, OPERAND
-from .spec import as_pointer
+from ...core import config
+from ..compile import cache, registries
+from ..kernels import binary as K
+from ..kernels import layout
+from ..kernels.layout import CLASS as W
+from ..kernels.layout import META, OPERAND
+from ..kernels.spec import as_pointer
 
 _I64, _I32 = types.int64, types.int32
 
@@ -208,7 +209,8 @@ def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out,
     """``(template, words, f(out, x, y), f(x, y) or None)`` for the class of a serial call
     that just wrote ``target`` (``ckey`` its class key without the kind), or None. A new
     class is used only where its meta for this call equals the planner's and (for a new
-    result) its entry's result equals ``target``; ``bind`` is :func:`jitops.cpu.fastcall.bind`."""
+    result) its entry's result equals ``target``; ``bind`` is
+    :func:`jitops.cpu.repeat.fastcall.bind`."""
     if _FAILED:
         return None
     new = out is None

@@ -20,7 +20,7 @@ from typing import TypeVar
 from numba.core import event
 from numba.core.registry import cpu_target
 
-from ..core.config import env_flag
+from ...core.config import env_flag
 from . import hooks, lifecycle
 from .jit import LazyLibrary
 
@@ -69,7 +69,7 @@ def _light_typing(self) -> None:
 @contextmanager
 def light():
     """Compile under the light registries (re-entrant; holds Numba's compiler lock, with
-    signals held back and the cyclic collector paused: :mod:`jitops.cpu.lifecycle`)."""
+    signals held back and the cyclic collector paused: :mod:`jitops.cpu.compile.lifecycle`)."""
     global _active
     with lifecycle.compiler_lock(), lifecycle.signals_held(), lifecycle.collector_paused():
         if _active:
@@ -79,7 +79,7 @@ def light():
         if hooks.ok("registries"):
             target.load_additional_registries = MethodType(_light_target, target)
             typing.load_additional_registries = MethodType(_light_typing, typing)
-        if hooks.ok("codegen"):  # machine code only where asked for (jitops.cpu.jit)
+        if hooks.ok("codegen"):  # machine code only where asked for (jitops.cpu.compile.jit)
             target.codegen()._library_class = LazyLibrary
         _active = True
         try:
@@ -123,7 +123,7 @@ def compile_with(compile_fn: Callable[[], T], builtin: bool = True) -> T:
         FALLBACKS += 1
         if builtin and _STRICT:
             raise RuntimeError("jitops: a built-in kernel did not compile under the light "
-                               f"registries (jitops.cpu.registries): {e}") from e
+                               f"registries (jitops.cpu.compile.registries): {e}") from e
         # Numba remembers a signature's typing error and re-raises it without compiling
         # again: forget those made under the light registries
         for d in touched.dispatchers:

@@ -3,8 +3,8 @@
 PyTorch's ``libgomp`` threads spin for milliseconds after each op and hold the cores jitops'
 pool needs (SPEC: alternating op by op, each within 1.3x of alone); one team cannot collide
 with itself, so where that ``libgomp`` is loaded the main thread's jobs run on it
-(``GOMP_parallel`` with :func:`jitops.cpu.pool._omp_entry`, claiming tasks as a worker does).
-GNU OpenMP does not survive a fork (a child's next region waits for threads it lacks), so the
+(``GOMP_parallel`` with :func:`jitops.cpu.threads.pool._omp_entry`, claiming tasks as a worker
+does). GNU OpenMP does not survive a fork (a child's next region waits for threads it lacks), so the
 team is used only where it cannot have been inherited: never in a process forked after jitops
 was imported; always where PyTorch was imported after jitops; where it was imported before,
 only on an interpreter whose thread record shows an earlier fork (:data:`RECORD_SHOWS_FORKS`)
@@ -24,8 +24,9 @@ import sys
 import threading
 import time
 
-from ..core.config import env_flag
-from . import hooks, pool
+from ...core.config import env_flag
+from ..compile import hooks
+from . import pool
 
 #: Seconds between looks for a thread of PyTorch's team, while none has been seen.
 RECHECK_S = 0.25
@@ -35,7 +36,7 @@ RECHECK_S = 0.25
 WAIT_S = 0.03
 WAIT_BUDGET_S = 0.15
 
-# x86-64 Linux: the stall check reads the cycle counter (jitops.cpu.pool.cycles)
+# x86-64 Linux: the stall check reads the cycle counter (jitops.cpu.threads.pool.cycles)
 _ENABLED = (env_flag("JITOPS_OMP", True) and sys.platform.startswith("linux")
             and platform.machine().lower() in ("x86_64", "amd64") and pool.AVAILABLE)
 
@@ -48,13 +49,13 @@ PRELOADED = "torch" in sys.modules
 RECORD_SHOWS_FORKS = sys.version_info < (3, 12)
 
 #: The process jitops was imported in: a later fork is seen by comparing with
-#: :func:`jitops.cpu.pool.current_pid` (kept current by the pool's at-fork hook).
+#: :func:`jitops.cpu.threads.pool.current_pid` (kept current by the pool's at-fork hook).
 _IMPORT_PID = os.getpid()
 
 _state = {
     "fn": None,  # GOMP_parallel's address in PyTorch's libgomp (0: none loaded), once looked up
     "text": (),  # that library's code: (start, end) address ranges
-    "tnum": 0,  # that library's omp_get_thread_num (0: none), for jitops.cpu.pool
+    "tnum": 0,  # that library's omp_get_thread_num (0: none), for jitops.cpu.threads.pool
     "inherited": False,  # the interpreter shows a fork before jitops was imported
     "next_look": 0.0,
     "waited": 0.0,  # seconds looks waited for a running thread to fall asleep (_wait_for_team)

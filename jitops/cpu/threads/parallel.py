@@ -1,9 +1,9 @@
 """How parallel kernels run, whatever else the process holds, and with how many threads; Numba's
 settings are never changed.
 
-On Linux, jobs run on jitops' own pool (:mod:`jitops.cpu.pool`): no threading layer, so it
+On Linux, jobs run on jitops' own pool (:mod:`jitops.cpu.threads.pool`): no threading layer, so it
 survives forks, many Python threads and anyone's OpenMP runtime; beside PyTorch's GNU OpenMP
-the main thread's jobs run on its team (:mod:`jitops.cpu.omp`). Elsewhere (or
+the main thread's jobs run on its team (:mod:`jitops.cpu.threads.omp`). Elsewhere (or
 ``JITOPS_POOL=0``) they run on Numba's layer, which jitops uses only where it is safe, decided
 once per process from what is loaded (:func:`parallel_allowed`): ``tbb`` always (pip's
 ``libtbb`` is loaded so that Numba's own priority finds it); ``workqueue`` one launch at a
@@ -32,8 +32,9 @@ import numba
 import numpy as np
 from numba import types
 
-from ..core import limits
-from . import hooks, lifecycle, omp, pool
+from ...core import limits
+from ..compile import hooks, lifecycle
+from . import omp, pool
 
 _I64 = types.int64
 
@@ -186,7 +187,8 @@ def _decide_locked() -> tuple[int, bool, bool, str]:
 def threading_layer() -> str:
     """What jitops' parallel kernels run on.
 
-    ``"jitops"``: its own thread pool (Linux; see :mod:`jitops.cpu.pool`). Elsewhere, or with
+    ``"jitops"``: its own thread pool (Linux; see :mod:`jitops.cpu.threads.pool`). Elsewhere, or
+    with
     ``JITOPS_POOL=0``, Numba's threading layer, which jitops does not choose: Numba does, from
     ``NUMBA_THREADING_LAYER`` or its default priority (``tbb`` first; jitops makes pip's TBB
     loadable). Asking then starts that layer.
@@ -407,7 +409,7 @@ def _current() -> tuple[int, bool, bool, str]:
 
 def parallel_allowed() -> bool:
     """False where this thread's count is 1 (:func:`threads`, :func:`serial`), and, where
-    jitops' own pool cannot run (:data:`jitops.cpu.pool.AVAILABLE`), in a process where
+    jitops' own pool cannot run (:data:`jitops.cpu.threads.pool.AVAILABLE`), in a process where
     Numba's layer cannot run safely (see the module docstring)."""
     return num_threads() > 1
 

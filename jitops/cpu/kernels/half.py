@@ -174,6 +174,6 @@ float_to_bfloat = _narrowing("float_to_bfloat",
 
 #: The 16-bit float dtypes the kernels store as their bits: dtype name -> (widening to
 #: float32, narrowing from float32 or float64). The one table the built-in kernels' loads and
-#: stores (jitops.cpu.spec) and the user ops' element source (jitops.cpu.nary) read.
+#: stores (jitops.cpu.kernels.spec) and the user ops' element source (jitops.cpu.kernels.nary) read.
 CONVERSIONS = {"float16": (half_to_float, float_to_half),
                "bfloat16": (bfloat_to_float, float_to_bfloat)}

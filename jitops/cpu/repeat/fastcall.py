@@ -5,9 +5,10 @@ launch, called with the operand objects themselves.
 compiled once per process for every op and dtype (and disk-cached), instead of Numba's CPython
 wrapper (an argument tuple, unboxing, ``id()`` calls, ``np.empty``). It takes ``(out, x, y)``,
 or ``(x, y)`` and makes the result with NumPy's ``PyArray_NewFromDescr``; reads the task and
-meta from its int64 block (jitops.cpu.layout.BLOCK), or plans the call itself for a shape class
-(jitops.cpu.shapeclass); runs the serial driver, whose header checks verify each object; and
-returns the status or the result. Fenced as the ``fastcall`` hook: CPython's C API through
+meta from its int64 block (jitops.cpu.kernels.layout.BLOCK), or plans the call itself for a shape
+class (jitops.cpu.repeat.shapeclass); runs the serial driver, whose header checks verify each
+object; and returns the status or the result. Fenced as the ``fastcall`` hook: CPython's C API
+through
 ``ctypes.pythonapi``, NumPy's C API table, the data pointer at :data:`SELF_DATA_OFFSET`; its
 first run is compared with Numba's wrapper on the call's own operands (:func:`verify`).
 """
@@ -23,18 +24,22 @@ from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic
 
-from ..core.pipeline import byte_extent
-from . import cache, hooks, kernels, layout, nary, pool, registries, shapeclass
-from .jit import c_entry
-from .layout import BLOCK as B
-from .layout import N_STATUS
-from .spec import address_of, as_pointer
+from ...core.pipeline import byte_extent
+from ..compile import cache, hooks, registries
+from ..compile.jit import c_entry
+from ..kernels import binary as kernels
+from ..kernels import layout, nary
+from ..kernels.layout import BLOCK as B
+from ..kernels.layout import N_STATUS
+from ..kernels.spec import address_of, as_pointer
+from ..threads import pool
+from . import shapeclass
 
 _I64 = types.int64
 
 #: Where ``PyArrayObject.data`` lies in the block object :func:`_repeat` is bound to, compiled
 #: into it (and into its disk-cached code): CPython's 16 on 64-bit builds with the GIL. The
-#: hook is off where the verified layout says otherwise (jitops.cpu.kernels.DATA_OFFSET).
+#: hook is off where the verified layout says otherwise (jitops.cpu.kernels.binary.DATA_OFFSET).
 SELF_DATA_OFFSET = 16
 #: The statuses as objects: ``int`` 0 .. 63 (CPython's small ints, kept alive here anyway).
 STATUSES = tuple(range(N_STATUS))
@@ -163,7 +168,7 @@ def _method_def() -> _MethodDef:
         if not address:
             raise RuntimeError("no C entry point was compiled")
         _DEF.append(_MethodDef(b"jitops_repeat", address, _METH_FASTCALL,
-                               b"A repeated call's compiled entry (jitops.cpu.fastcall)."))
+                               b"A repeated call's compiled entry (jitops.cpu.repeat.fastcall)."))
     return _DEF[0]
 
 
@@ -219,7 +224,7 @@ def _functions() -> tuple[int, ...]:
 
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
            cls: np.ndarray | None = None, nin: int = 0, driver: int = 0) -> np.ndarray:
-    """The words :func:`_repeat` reads (jitops.cpu.layout.BLOCK). ``result``: (dtype, shape)
+    """The words :func:`_repeat` reads (jitops.cpu.kernels.layout.BLOCK). ``result``: (dtype, shape)
     of the C-ordered new result the entry makes, or None; ``wake``: a pool control block to
     wake first, or 0; ``cls``: a shape class's words (``size`` then is the class's limit)."""
     incref, decref, pack, clear, save, restore, new = _functions()
@@ -252,7 +257,8 @@ def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
                        nary.serial_address() if nin else 0))
 
 
-@hooks.register("fastcall", "Numba's CPython wrapper for repeated calls", ("jitops.cpu.fastcall",))
+@hooks.register("fastcall", "Numba's CPython wrapper for repeated calls",
+                ("jitops.cpu.repeat.fastcall",))
 def _check() -> bool:
     """What the entry needs from this process: the ndarray layout compiled in, CPython's and
     NumPy's C functions found, and the entry compiled (or loaded from the disk cache). Whether
@@ -317,7 +323,8 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
     Numba's wrapper on the same operands into fresh arrays of ``target``'s layout (and the
     entry's own new result, where the call made its result) and compare bytes and statuses;
     refused arguments (none, too many, another object, a read-only out) must come back as
-    statuses with nothing written. Any difference turns the hook off (jitops.cpu.hooks.fail).
+    statuses with nothing written. Any difference turns the hook off
+    (jitops.cpu.compile.hooks.fail).
     """
     makes = new_result and launch.makes_c_order()
     if ("new" if makes else "out") in _VERIFIED or not hooks.ok("fastcall"):

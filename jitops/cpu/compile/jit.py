@@ -5,7 +5,7 @@ Helpers and tasks are only called by compiled code (tasks through their address)
 call on an empty cache) and makes a call from Python a TypeError. :func:`wrapper` links a
 thin wrapper's callees as they are instead of optimising the whole module again (the cached
 user-op task), and :func:`driver` compiles the drivers at ``-O1`` with machine code only
-where asked for (the ``codegen`` hook, jitops.cpu.hooks).
+where asked for (the ``codegen`` hook, jitops.cpu.compile.hooks).
 """
 
 from __future__ import annotations

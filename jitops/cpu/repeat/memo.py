@@ -19,12 +19,14 @@ import time
 
 import numpy as np
 
-from ..core.config import ASLEEP_SERIAL_MAX, ASLEEP_WAKE_WINDOW_S
-from ..core.pipeline import WEAK
-from . import backend as cpu
-from . import fastcall, lifecycle, parallel, shapeclass
-from . import pool as _pools
-from .layout import CONTROL
+from ...core.config import ASLEEP_SERIAL_MAX, ASLEEP_WAKE_WINDOW_S
+from ...core.pipeline import WEAK
+from .. import backend as cpu
+from ..compile import lifecycle
+from ..kernels.layout import CONTROL
+from ..threads import parallel
+from ..threads import pool as _pools
+from . import fastcall, shapeclass
 
 _ND = np.ndarray
 _OK = cpu.OK
@@ -36,7 +38,7 @@ _STAMP = parallel.STAMP
 _WAKE_WINDOW = ASLEEP_WAKE_WINDOW_S
 _clock = time.perf_counter
 _drivers, _KERNELS, _SIG = cpu.drivers, cpu.kernels.KERNELS, cpu.SIG
-#: The kernels read out's writeable flag themselves (jitops.cpu.kernels.FLAGS_OFFSET): a
+#: The kernels read out's writeable flag themselves (jitops.cpu.kernels.binary.FLAGS_OFFSET): a
 #: repeat need not ask for ``out.flags`` (a new flags object per call).
 _FLAGS_CHECKED = cpu.FLAGS_CHECKED
 #: What a keyed lookup returns where it did not run the call (the pipeline does).
@@ -141,9 +143,9 @@ class Repeat:
     result, its launch and how a repeat runs it.
 
     ``native``: the compiled entry bound to the launch and a meta with header checks
-    (jitops.cpu.fastcall), which refuses objects that are not such ndarrays, so a serial repeat
-    needs no identity. Otherwise (the hook off, or a parallel launch) the repeat is taken for the
-    very same objects (``ids``), a parallel one only while the thread count is still ``threads``
+    (jitops.cpu.repeat.fastcall), which refuses objects that are not such ndarrays, so a serial
+    repeat needs no identity. Otherwise (the hook off, or a parallel launch) the repeat is taken for
+    the very same objects (``ids``), a parallel one only while the thread count is still ``threads``
     (``stamp``). While the pool sleeps, a small parallel repeat runs on the calling thread
     (``serial``, or ``waking`` where it ran within the wake window, ``last``); ``quiet`` views the
     pool's sleeper count. A parallel launch run on one thread is kept as a serial one that
@@ -292,10 +294,10 @@ def _same_count(memo: Memo, r: Repeat) -> bool:
 def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, stamp=None,
               weak=None):
     """The :class:`Repeat` of a call that just ran: a meta (balanced for ``threads``, 1 for a serial
-    launch) with header checks (jitops.cpu.kernels.header_checks), so that the kernel verifies
-    the objects it is handed, and for a serial launch the compiled entry bound to it; a parallel
-    repeat also keeps its drivers, arguments and thread-count stamp (each asked for again after
-    a job is a cache miss). None where headers cannot be read.
+    launch) with header checks (jitops.cpu.kernels.binary.header_checks), so that the kernel
+    verifies the objects it is handed, and for a serial launch the compiled entry bound to it; a
+    parallel repeat also keeps its drivers, arguments and thread-count stamp (each asked for again
+    after a job is a cache miss). None where headers cannot be read.
     """
     if threads == 1 and launch.direct is not None:  # serial: any shape of its class?
         r = _class_repeat(key[0], launch, target, x, y, out, broadcast, axis, act, weak)
@@ -373,7 +375,7 @@ def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
 
 def _class_repeat(op, launch, target, x, y, out, broadcast, axis, act, weak):
     """The :class:`Repeat` of a serial call whose compiled entry takes every shape of its
-    class (jitops.cpu.shapeclass), or None."""
+    class (jitops.cpu.repeat.shapeclass), or None."""
     ckey = (op, broadcast, axis, act, target.dtype, x.dtype, y.dtype, x.ndim, y.ndim,
             out is None)
     if weak is None:

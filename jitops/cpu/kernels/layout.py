@@ -55,7 +55,7 @@ _INDEX: dict[type, dict[str, int]] = {}
 
 
 #: The meta of a kernel launch, built-in (three operands: out, x, y) and user op alike: the
-#: plan's rank and variant; the task geometry (jitops.cpu.kernels.task_geometry); the
+#: plan's rank and variant; the task geometry (jitops.cpu.kernels.binary.task_geometry); the
 #: operand count; where the data pointer and the flags lie in an ndarray object (-1: data
 #: addresses are given, flags not checked); whether out must be checked for overlap; the
 #: tile edges that may move; where the header checks start (-1: none). Then, from ``SIZE``,
@@ -80,7 +80,7 @@ def checks_at(nops: int, nd: int) -> int:
     return META.SIZE + nops + nd + nops * nd
 
 
-#: The thread pool's control block (jitops.cpu.pool), the words contended by different
+#: The thread pool's control block (jitops.cpu.threads.pool), the words contended by different
 #: threads a cache line apart: the job's layout (its ranges, tasks per unit); its generation
 #: and task count (published last); tasks done, failed, and their floating-point flags; the
 #: futex word bumped once per job; workers asleep; stop; the job (kind, task, arguments,
@@ -100,7 +100,7 @@ CONTROL = struct(
                "JOIN_SPIN JOIN_TIMEOUT | CALLER_FIRST ALTERNATE OMP_TNUM RANGE_CAP MAX_UNITS "
                "CLOCK | RANGES")
 
-#: Results, inputs and ranks of a reduction pass (jitops.cpu.reduce): a task keeps its
+#: Results, inputs and ranks of a reduction pass (jitops.cpu.kernels.reduce): a task keeps its
 #: odometer and offsets on its stack.
 MAX_RESULTS, MAX_INPUTS, R_DIMS = 4, 8, 32
 #: A reduction launch's meta: rank, split axis, task count, inputs, results; per result its
@@ -112,7 +112,7 @@ RMETA = struct("ReduceMeta", f"ND SPLIT NTASKS NIN NRES MODE:{MAX_RESULTS} "
 
 #: The statuses a compiled entry returns as Python ints (0 .. N_STATUS - 1).
 N_STATUS = 64
-#: A compiled entry's block (jitops.cpu.fastcall): the task's and the meta's addresses; the
+#: A compiled entry's block (jitops.cpu.repeat.fastcall): the task's and the meta's addresses; the
 #: C functions it calls (``Py_IncRef``, ``Py_DecRef``, ``PyTuple_Pack``, ``PyErr_Clear``,
 #: ``PyEval_SaveThread``/``RestoreThread`` or 0 where the GIL is kept, NumPy's
 #: ``PyArray_NewFromDescr`` or 0 where the result is not made here); the new result's type,
@@ -122,7 +122,7 @@ N_STATUS = 64
 BLOCK = struct("Block", "TASK META INCREF DECREF PACK CLEAR SAVE RESTORE NEW TYPE DESCR ND WAKE "
                         f"CLASS NIN DRIVER STATUS:{N_STATUS} DIMS")
 
-#: A shape class's words (jitops.cpu.shapeclass): its kind; which input has the result's
+#: A shape class's words (jitops.cpu.repeat.shapeclass): its kind; which input has the result's
 #: shape (1: x, 2: y); each input's rank; the dtype objects of out, x, y; the ndarray type;
 #: the count of elements a call stays below; the item sizes of out, x, y; the ndarray header
 #: offsets of the type, rank, dims, dtype and flags; the planner's meta it starts from; the

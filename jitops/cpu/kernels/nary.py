@@ -1,7 +1,7 @@
 """CPU kernels of N inputs: a user op's scalar function (``jitops.elementwise``) over the plan.
 
-The built-in kernels' structure (jitops.cpu.kernels) for any arity: the same tasks, meta
-(jitops.cpu.layout.META), checks and driver table. A row runs ``contig`` (out unit-stride,
+The built-in kernels' structure (jitops.cpu.kernels.binary) for any arity: the same tasks, meta
+(jitops.cpu.kernels.layout.META), checks and driver table. A row runs ``contig`` (out unit-stride,
 each input unit-stride or constant: a constant input is staged into a stack buffer, so one
 vectorised loop serves every broadcast mix) or ``strided``; in a tile the first
 :data:`STAGED_INPUTS` inputs running across the rows are staged as the built-ins stage theirs.
@@ -12,7 +12,7 @@ the disk cache finds it again. Functions that cannot be found by name (lambdas, 
 notebook cells) compile per process into ``_utask_local``, never cached on disk. The drivers
 take the task's address, the address of the operands' int64 words (out first; objects or
 data addresses, as the built-ins') and the meta's address; a compiled entry
-(jitops.cpu.fastcall) keeps those words on its stack.
+(jitops.cpu.repeat.fastcall) keeps those words on its stack.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from . import cache, pool, registries
-from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
-from .jit import inner, wrapper
-from .kernels import (
+from ..compile import cache, registries
+from ..compile.jit import inner, wrapper
+from ..threads import pool
+from .binary import (
     _LL64,
     MAX_DIMS,
     OK,
@@ -67,6 +67,7 @@ from .kernels import (
     stack_words,
     staged,
 )
+from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
 from .layout import META
 from .spec import address_of, as_pointer, load_word, storage, to_bool_byte
 from .stream import STREAM_ALIGN, emit_store_fence, emit_stream_head
@@ -219,7 +220,7 @@ def register(key: str, fn) -> object:
 
 class UserSpec:
     """What one N-input kernel instance computes. Interned: one object per specialisation;
-    ``stream`` as in :class:`~jitops.cpu.spec.KernelSpec` (its own, compiled when used)."""
+    ``stream`` as in :class:`~jitops.cpu.kernels.spec.KernelSpec` (its own, compiled when used)."""
 
     __slots__ = ("key", "inputs", "out", "compute", "ret", "stream", "cacheable", "numba_type")
     _interned: dict[tuple, UserSpec] = {}
@@ -302,8 +303,8 @@ def _walker(builder, meta, nops):
 def _emit_first_row(b, meta_p, t, offs_p, idx_p, n_ops, out, out_size, runs):
     """LLVM IR: every operand's offset at the start of task ``t`` into ``offs`` and the odometer
     ``idx`` at its first row; returns (rows, row length, rows-walk-one-dim). The built-ins'
-    tasks (:func:`jitops.cpu.kernels.emit_task_span`), tile edges moved onto the lines of out and
-    of the first input of ``runs`` (``(pointer, size, runs down the rows: i1)``) that runs down.
+    tasks (:func:`jitops.cpu.kernels.binary.emit_task_span`), tile edges moved onto the lines of out
+    and of the first input of ``runs`` (``(pointer, size, runs down the rows: i1)``) that runs down.
     """
     e, nd, stride = _walker(b, meta_p, n_ops)
     word, cmp = e.word, e.cmp
@@ -368,7 +369,7 @@ def _element_source(n: int, inputs: tuple[str, ...], out: str, ret) -> str:
 def _load_expr(dtype: str, word: str, out: str = "") -> str:
     """Source of: a storage word -> its value (float16 bits widen to float32; a bool byte
     reads as True whatever nonzero value it holds, as NumPy does), converted to ``T``; into
-    a float16 result, small integers and bools as :func:`jitops.cpu.spec.load_word` loads
+    a float16 result, small integers and bools as :func:`jitops.cpu.kernels.spec.load_word` loads
     them."""
     if dtype in CONVERSIONS:
         return f"T({CONVERSIONS[dtype][0].__name__}({word}))"
@@ -419,8 +420,8 @@ def _element_of(spec: UserSpecType):
 def user_rows(typingctx, spec, pptrs, pmeta, t):
     """Every row of task ``t`` of a user op; returns 0, or the error status of an exception in the
     user's function. ``contig`` rows run in chunks of at most ``BUFFER`` elements, cut at the
-    streaming head (:func:`~jitops.cpu.kernels.emit_chunked_stores`); ``strided`` rows element
-    by element. LLVM IR around one call of the spec's element function (generated as Python
+    streaming head (:func:`~jitops.cpu.kernels.binary.emit_chunked_stores`); ``strided`` rows
+    element by element. LLVM IR around one call of the spec's element function (generated as Python
     source, the task cost 0.35-0.45 s of every new user op's compile).
     """
     if not isinstance(spec, UserSpecType):
@@ -558,7 +559,7 @@ def _utask(spec, pptrs, pmeta, t):
 
 
 # the tasks' code is all in user_task (optimised per spec): linked as it is
-# (jitops.cpu.jit.wrapper)
+# (jitops.cpu.compile.jit.wrapper)
 _utask_cached = wrapper(renamed(_utask, "_utask"))
 _utask_local = wrapper(renamed(_utask, "_utask_local"))
 
@@ -570,7 +571,7 @@ _call_utask = pool.call_nary
 @intrinsic
 def uresolve(typingctx, prefs, pmeta, ptrs):
     """The operands' data addresses into ``ptrs`` and the checks every launch makes before
-    writing (:func:`jitops.cpu.kernels.emit_checks`); a status. ``prefs`` is the address of
+    writing (:func:`jitops.cpu.kernels.binary.emit_checks`); a status. ``prefs`` is the address of
     the operands' int64 words (out first: objects, or data addresses)."""
     if not isinstance(ptrs, types.CPointer):
         return None
@@ -624,7 +625,7 @@ _SERIAL_C: list = []
 
 def serial_address() -> int:
     """The C-callable address of the serial driver, ``int64 f(task, refs, meta)``: what a
-    compiled entry (jitops.cpu.fastcall) calls, so that it compiles without the N-ary
+    compiled entry (jitops.cpu.repeat.fastcall) calls, so that it compiles without the N-ary
     driver until a user op needs it."""
     if not _SERIAL_C:
         d, sig = KERNELS["serial"], (_I64,) * 3

@@ -2,16 +2,16 @@
 
 Workers are Python threads running a compiled loop without the GIL (:func:`_worker`): after a
 job they spin, then yield until ``IDLE_US`` have passed, then sleep on a Linux futex (reached
-through libc's ``syscall`` by an address kept in the control block, jitops.cpu.layout.CONTROL,
-so cached code stays valid across processes). A launch (:func:`run_job`, compiled into the
-drivers) publishes one job, wakes sleepers only if there are any, and runs tasks itself. Each
-thread owns a contiguous range of the tasks, the same job after job, claims runs from its end
-with a compare-and-swap and then steals from another's far end (:func:`_claim_and_run`): a
-thread slowed by another process's load runs fewer tasks, and every other job walks the
-ranges backwards so each thread starts on what its caches hold. A forked child starts a fresh
-pool; a Python thread finding the pool taken runs its call serially. Beside PyTorch's GNU
-OpenMP the main thread's jobs run on its team (:func:`_omp_entry`, jitops.cpu.omp), backing
-off to the workers for a while when a team thread stalls a job. Not Linux: :data:`AVAILABLE`
+through libc's ``syscall`` by an address kept in the control block,
+jitops.cpu.kernels.layout.CONTROL, so cached code stays valid across processes). A launch
+(:func:`run_job`, compiled into the drivers) publishes one job, wakes sleepers only if there are
+any, and runs tasks itself. Each thread owns a contiguous range of the tasks, the same job after
+job, claims runs from its end with a compare-and-swap and then steals from another's far end
+(:func:`_claim_and_run`): a thread slowed by another process's load runs fewer tasks, and every
+other job walks the ranges backwards so each thread starts on what its caches hold. A forked child
+starts a fresh pool; a Python thread finding the pool taken runs its call serially. Beside PyTorch's
+GNU OpenMP the main thread's jobs run on its team (:func:`_omp_entry`, jitops.cpu.threads.omp),
+backing off to the workers for a while when a team thread stalls a job. Not Linux: :data:`AVAILABLE`
 is False and jitops launches through Numba's layer.
 """
 
@@ -33,11 +33,11 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-from ..core import errstate
-from ..core.config import env_flag, env_int
-from . import cache, hooks, lifecycle, registries
-from .jit import ENTRY, inner
-from .layout import CONTROL as C
+from ...core import errstate
+from ...core.config import env_flag, env_int
+from ..compile import cache, hooks, lifecycle, registries
+from ..compile.jit import ENTRY, inner
+from ..kernels.layout import CONTROL as C
 
 _I64 = types.int64
 
@@ -60,7 +60,7 @@ JOIN_SPIN = env_int("JITOPS_POOL_JOIN_SPIN", 8000)
 #: A sleeper waiting for a job's last tasks looks again after this long (ns, under 1e9).
 JOIN_TIMEOUT_NS = 1_000_000
 #: Jobs run on the workers after two jobs in a row on a shared OpenMP team each waited over a
-#: quarter of their time for a team thread (one alone is a team waking up: jitops.cpu.omp).
+#: quarter of their time for a team thread (one alone is a team waking up: jitops.cpu.threads.omp).
 OMP_BACKOFF_JOBS = env_int("JITOPS_OMP_BACKOFF", 64)
 #: A backoff begun soon after the last is twice as long, up to this: under lasting load the team
 #: is tried ever more rarely (each try costs two stalled jobs).
@@ -151,7 +151,7 @@ def pause(typingctx):
 @intrinsic
 def cycles(typingctx):
     """The CPU's cycle counter (``rdtsc``; only compared within one job). x86 only: the
-    OpenMP route that reads it is (jitops.cpu.omp)."""
+    OpenMP route that reads it is (jitops.cpu.threads.omp)."""
     def codegen(context, builder, sig, args):
         fn = builder.module.declare_intrinsic("llvm.readcyclecounter",
                                               fnty=ir.FunctionType(_i64, []))
@@ -163,7 +163,7 @@ def cycles(typingctx):
 def omp_parallel(typingctx, fn, entry, data, nthreads):
     """``GOMP_parallel(entry, data, nthreads, 0)`` through GNU OpenMP's entry at address ``fn``:
     ``entry(data)`` runs on ``nthreads`` threads of the runtime's team (this one included) and
-    returns when all have (jitops.cpu.omp)."""
+    returns when all have (jitops.cpu.threads.omp)."""
     def codegen(context, builder, sig, args):
         vp = ir.IntType(8).as_pointer()
         entry_ty = ir.FunctionType(ir.VoidType(), [vp]).as_pointer()
@@ -548,7 +548,7 @@ def run_job(ctl, workers, kind, task, a, b, c, d, ntasks, reversible):
     backoff = load(ctl, C.OMP_BACKOFF)
     if omp != 0 and workers > 0 and backoff == 0:
         # The team of the OpenMP runtime PyTorch shares with us runs the claims (see
-        # jitops.cpu.omp); the pool's own workers are not woken (the job word stays).
+        # jitops.cpu.threads.omp); the pool's own workers are not woken (the job word stays).
         t0 = cycles()
         exchange(ctl, C.INFO, info)  # tasks can be claimed from here on; a full barrier, then:
         if load(ctl, C.JOIN_WAITERS) > 0:  # a thread still waiting for the last job
@@ -699,7 +699,7 @@ class Pool:
         # Whether a job of this process runs: set and cleared only by bytecodes that no
         # signal handler, garbage collection or thread switch can come between (inside
         # ``with guard``, which holds no Python code), so an exception arriving anywhere in
-        # a launch leaves it as it found it (jitops.cpu.parallel.launch), and a nested call
+        # a launch leaves it as it found it (jitops.cpu.threads.parallel.launch), and a nested call
         # from the same thread (a handler, a __del__) finds it set and runs serially.
         self.guard = threading.Lock()
         self.busy = False
@@ -831,7 +831,7 @@ def current_pid() -> int:
     """This process's id, without a system call: ``os.getpid()`` costs ~0.2 us on these VMs
     and a parallel call asked for it several times. Kept current in a forked child by the
     at-fork hook below (every ``os.fork`` runs it; a fork by C code runs it at the child's
-    first parallel call or compile: :func:`jitops.cpu.lifecycle.check_pid`)."""
+    first parallel call or compile: :func:`jitops.cpu.compile.lifecycle.check_pid`)."""
     return _pid
 
 

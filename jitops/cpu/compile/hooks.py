@@ -57,7 +57,7 @@ hook                  relies on, and what it buys                 without it
                       NumPy's C API table (``PyArray_NewFromDescr``) results made in Python, no
                       and an ndarray's data at offset 16: a        shape classes
                       repeated small call, and a new shape of a
-                      shape class (jitops.cpu.shapeclass)
+                      shape class (jitops.cpu.repeat.shapeclass)
 ====================  ==========================================  =================================
 
 The CUDA backend's hooks live beside their code, with the same switch and one warning each:
@@ -102,7 +102,8 @@ def turned_off(name: str) -> str | None:
 
 def register(name: str, fallback: str, where: tuple[str, ...]):
     """Register a hook's check (``@register(name, fallback, where)``): the ones below, and a
-    module that holds a hook's code and would otherwise be imported here (jitops.cpu.fastcall);
+    module that holds a hook's code and would otherwise be imported here
+    (jitops.cpu.repeat.fastcall);
     ``where``: the modules reaching its interfaces."""
     def add(check: Callable[[], bool]) -> Callable[[], bool]:
         _CHECKS[name] = (check, fallback)
@@ -178,7 +179,7 @@ def names() -> list[str]:
 # -- the checks ----------------------------------------------------------------------------------
 
 
-@register("codegen", "Numba's own code libraries", ("jitops.cpu.jit",))
+@register("codegen", "Numba's own code libraries", ("jitops.cpu.compile.jit",))
 def _check_codegen() -> bool:
     import inspect
 
@@ -200,7 +201,7 @@ def _check_codegen() -> bool:
     return True
 
 
-@register("registries", "Numba's full registry refresh", ("jitops.cpu.registries",))
+@register("registries", "Numba's full registry refresh", ("jitops.cpu.compile.registries",))
 def _check_registries() -> bool:
     from numba.core.registry import cpu_target
 
@@ -230,7 +231,8 @@ def _takes_its_rlock(holder) -> bool:
         return lock._is_owned()
 
 
-@register("compiler_lock", "Numba's compiler lock object as it is", ("jitops.cpu.lifecycle",))
+@register("compiler_lock", "Numba's compiler lock object as it is",
+          ("jitops.cpu.compile.lifecycle",))
 def _check_compiler_lock() -> bool:
     from numba.core.compiler_lock import global_compiler_lock
 
@@ -246,7 +248,8 @@ def llvm_lock_holder():
     return ffi.lib._lock
 
 
-@register("llvm_lock", "no lock taken around a fork for llvmlite", ("jitops.cpu.lifecycle",))
+@register("llvm_lock", "no lock taken around a fork for llvmlite",
+          ("jitops.cpu.compile.lifecycle",))
 def _check_llvm_lock() -> bool:
     from llvmlite.binding import ffi
 
@@ -258,7 +261,7 @@ FUTEX_NR, YIELD_NR = {"x86_64": (202, 24), "aarch64": (98, 124), "ppc64le": (221
 
 
 @register("wrapperless", "Numba's CPython and C wrappers compiled for every function",
-          ("jitops.cpu.jit", "jitops.cpu.pool"))
+          ("jitops.cpu.compile.jit", "jitops.cpu.threads.pool"))
 def _check_wrapperless() -> bool:
     from numba.core.cpu import CPUTargetOptions
 
@@ -272,7 +275,7 @@ def wrapperless(**options: bool) -> dict[str, bool]:
 
 
 @register("numba_layer", "Numba's layer taken as started by someone else (serial on omp)",
-          ("jitops.cpu.parallel",))
+          ("jitops.cpu.threads.parallel",))
 def _check_numba_layer() -> bool:
     from numba.np.ufunc import parallel
 
@@ -288,13 +291,13 @@ def libc_syscall() -> int:
     return _syscall_address() if ok("futex_pool") else 0
 
 
-@register("futex_pool", "Numba's threading layer", ("jitops.cpu.pool",))
+@register("futex_pool", "Numba's threading layer", ("jitops.cpu.threads.pool",))
 def _check_futex_pool() -> bool:
     return (sys.platform.startswith("linux") and FUTEX_NR is not None
             and sys.byteorder == "little" and bool(_syscall_address()))
 
 
-@register("gomp_team", "the pool's own workers beside PyTorch", ("jitops.cpu.omp",))
+@register("gomp_team", "the pool's own workers beside PyTorch", ("jitops.cpu.threads.omp",))
 def _check_gomp_team() -> bool:
     if not (ok("futex_pool") and ok("proc")):
         raise RuntimeError("it needs the futex_pool and proc hooks")
@@ -302,7 +305,7 @@ def _check_gomp_team() -> bool:
 
 
 @register("proc", "no knowledge of the OpenMP runtimes loaded (serial kernels on Numba's omp "
-               "layer)", ("jitops.cpu.parallel", "jitops.cpu.omp"))
+               "layer)", ("jitops.cpu.threads.parallel", "jitops.cpu.threads.omp"))
 def _check_proc() -> bool:
     with open("/proc/self/maps") as f:
         f.readline()
@@ -322,7 +325,7 @@ def _check_refcounts() -> bool:
 
 
 @register("ndarray_header", "data addresses given by Python, and repeats keyed by geometry",
-          ("jitops.cpu.kernels",))
+          ("jitops.cpu.kernels.binary",))
 def _check_ndarray_header() -> bool:
     return header_offsets() is not None
 
@@ -395,7 +398,7 @@ def header_offsets() -> tuple[int, int, tuple[int, int, int, int, int]] | None:
     return _HEADER[0]
 
 
-@register("numba_cache", "no disk cache (every process compiles)", ("jitops.cpu.cache",))
+@register("numba_cache", "no disk cache (every process compiles)", ("jitops.cpu.compile.cache",))
 def _check_numba_cache() -> bool:
     from numba.core import caching
 

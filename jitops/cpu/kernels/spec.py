@@ -27,11 +27,11 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from ..core import scalar as _scalar
-from ..core.catalog import KEPT
-from ..core.dtypes import act_dtype
+from ...core import scalar as _scalar
+from ...core.catalog import KEPT
+from ...core.dtypes import act_dtype
+from ..compile.jit import INNER, inner
 from .half import CONVERSIONS, SMALL_INTS, bool_byte_to_float, small_int_to_float
-from .jit import INNER, inner
 
 
 def storage(dt: np.dtype | str):
@@ -71,9 +71,10 @@ def _unbox_spec(typ, obj, c):
 class KernelSpec:
     """What one kernel instance computes. Interned: one object per distinct specialisation.
 
-    ``stream``: the task writes unit-stride rows with non-temporal stores (jitops.cpu.stream).
+    ``stream``: the task writes unit-stride rows with non-temporal stores
+    (jitops.cpu.kernels.stream).
     ``tiled``: the plan is tiled (operands that disagree on layout), so the task stages the
-    transposed input (jitops.cpu.kernels). Each a specialisation of its own, so the code for
+    transposed input (jitops.cpu.kernels.binary). Each a specialisation of its own, so the code for
     it is compiled only for the signatures that use it, and the others compile less.
     """
 
@@ -286,7 +287,7 @@ def _ov_ge_signaling(a, b):
 @intrinsic
 def _raise_flags(typingctx, flags, v):
     """``v``, after ORing ``flags`` into MXCSR's sticky exception bits (x86-64; elsewhere
-    nothing is reported, jitops.cpu.pool.FP_FLAGS). A write of MXCSR, on the rare path only
+    nothing is reported, jitops.cpu.threads.pool.FP_FLAGS). A write of MXCSR, on the rare path only
     (a zero divisor)."""
     if not isinstance(flags, types.Integer):
         return None
@@ -377,7 +378,7 @@ def load_word(dtype: str, out: str = ""):
     """Storage word -> value: float16 bits widen to float32; a bool byte reads as 0 or 1
     whatever it holds (NumPy reads every nonzero byte as True); others as they are. Into a
     float16 result, a bool or an integer of at most 16 bits becomes float32 through
-    :func:`jitops.cpu.half.small_int_to_float` (no stray lanes for the narrowing to see)."""
+    :func:`jitops.cpu.kernels.half.small_int_to_float` (no stray lanes for the narrowing to see)."""
     if dtype in CONVERSIONS:
         return CONVERSIONS[dtype][0]
     if out == "float16" and dtype in SMALL_INTS:

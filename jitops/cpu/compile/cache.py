@@ -29,14 +29,14 @@ from numba.core.caching import (
 from numba.core.runtime import rtsys
 from numba.core.serialize import dumps
 
-from ..core import config as _config
-from ..core import sources
+from ...core import config as _config
+from ...core import sources
 from . import hooks
 
 #: The modules whose functions are cached (the built-in, user-op and reduction kernels) and the
 #: activations user ops call; their jitops imports, transitively, make the kernels.
-KERNEL_MODULES = ("jitops.cpu.kernels", "jitops.cpu.nary", "jitops.cpu.fastcall",
-                  "jitops.cpu.reduce", "jitops.act")
+KERNEL_MODULES = ("jitops.cpu.kernels.binary", "jitops.cpu.kernels.nary",
+                  "jitops.cpu.repeat.fastcall", "jitops.cpu.kernels.reduce", "jitops.act")
 _stamp: str | None = None
 
 

@@ -37,11 +37,11 @@ from numba.extending import (
 )
 from numba.np.numpy_support import from_dtype
 
-from ..core.reduction import identity
-from . import nary, pool
-from .half import CONVERSIONS
-from .jit import INNER, inner, wrapper
-from .kernels import (
+from ...core.reduction import identity
+from ..compile.jit import INNER, inner, wrapper
+from ..threads import pool
+from . import nary
+from .binary import (
     compiled_address,
     driver_table,
     finish,
@@ -51,6 +51,7 @@ from .kernels import (
     renamed,
     stack_words,
 )
+from .half import CONVERSIONS
 from .layout import MAX_RESULTS, RMETA
 from .layout import R_DIMS as MAX_DIMS
 from .spec import as_pointer, cast_to, load_word, storage, to_bool_byte
@@ -90,7 +91,7 @@ def _unbox_spec(typ, obj, c):
 
 class ReduceSpec:
     """What one reduction task computes: the function (its key, registered with
-    jitops.cpu.nary.register), the inputs' dtype names and the compute dtype, per result its
+    jitops.cpu.kernels.nary.register), the inputs' dtype names and the compute dtype, per result its
     ``(dtype, how, accumulator)`` names; ``direct``: the function is the identity of one
     input (its unit-stride rows are then reduced in place). Interned."""
 
