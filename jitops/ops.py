@@ -102,7 +102,10 @@ _FAMILY = {
              "warning for a zero divisor. " + _EXACT),
     "power": ("x ** y", "Integers wrap, as NumPy's; a negative integer exponent raises NumPy's "
               "ValueError before anything is written. Complex operands are not supported yet "
-              "(TypeError). Integers: " + _EXACT + " Floats: " + _ULP),
+              "(TypeError). Integers: " + _EXACT + " Floats: " + _ULP + " An exponent of one "
+              "element (a scalar) takes NumPy's fast path where the installed NumPy has it "
+              "(2.4 does, 2.0 not) and is then bit for bit NumPy's: 1 / x, 1, sqrt(x), x, "
+              "x * x for -1, 0, 0.5, 1, 2 on float32 and float64 (so (-0.0) ** 0.5 is -0.0)."),
     "float_power": ("x ** y in float64 (or wider)", "Integers and float16/32 promote to "
                     "float64, as NumPy's. Complex operands are not supported yet (TypeError). "
                     + _ULP),

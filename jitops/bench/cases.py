@@ -610,6 +610,9 @@ CASES = [
     Case("power_f32", "power float32, 1e7, new result",
          _family("power", np.float32, 10**7, torch_op="pow", paddle_op="pow", ov_op="power"),
          {"numpy": 1.5}, rounds=21),
+    Case("power_f32_square", "power float32 x ** 2 (one exponent: NumPy's fast path), 1e7, "
+         "new result", _family("power", np.float32, 10**7, scalar=2.0, torch_op="pow",
+                               paddle_op="pow"), {"numpy": 1.0}, rounds=21),
     Case("greater_f32", "greater float32 -> bool, 1e7, new result",
          _family("greater", np.float32, 10**7, torch_op="gt", paddle_op="greater_than",
                  ov_op="greater"), {"numpy": 1.0}, rounds=21),

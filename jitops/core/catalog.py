@@ -102,6 +102,41 @@ BOOL_ONLY = frozenset({"ov_logical_and", "ov_logical_or", "ov_logical_xor"})
 NO_UNSIGNED = frozenset({"elementwise_mod", "elementwise_pow"})
 
 
+def _numpy_power_fast_path() -> bool:
+    """Whether the installed NumPy's float32 and float64 ``power`` loops take their fast
+    path for an exponent they see as one value throughout (NumPy 2.4 has it, 2.0 not):
+    probed, not assumed: it answers ``(-0.0) ** 0.5`` with ``sqrt``'s -0.0, ``pow`` +0.0."""
+    return bool(np.signbit(np.power(np.array([-0.0]), np.float64(0.5))[0]))
+
+
+NUMPY_POWER_FAST_PATH = _numpy_power_fast_path()
+
+
+def power_one_exponent(result: np.dtype, x: tuple, y: tuple, out: tuple) -> bool:
+    """Whether NumPy's ``power`` of operands of shapes ``x`` and ``y`` (result ``out``)
+    runs its fast path (``power_float_one_exponent``): a float32 or float64 loop whose
+    exponent has one element, broadcast with a zero stride. NumPy's trivial loop (every
+    operand 0-d or of the result's shape) steps through a one-element exponent that is not
+    0-d as an array: ``pow`` there. An exponent of several elements constant along the
+    inner loop (a column) takes NumPy's fast path or not by its buffering (a (2, 20000)
+    base does, a (3, 1000) one not): jitops runs ``pow`` there (docs/rulebooks.md)."""
+    if not NUMPY_POWER_FAST_PATH or result not in _FAST_POWER_LOOPS:
+        return False
+    if any(n != 1 for n in y):
+        return False
+    return not y or not all(s == () or s == out for s in (x, y))
+
+
+_FAST_POWER_LOOPS = (np.dtype(np.float32), np.dtype(np.float64))
+#: Scalar entries the CPU kernels never write with non-temporal stores: power's fast path
+#: vectorises where LLVM splits its loop by the exponent, which it does for a row's plain
+#: loop and not for the streamed pair (x ** 2 on 1e7 float32: 2 ms plain, 8 ms streamed).
+NOT_STREAMED = frozenset({"power_float_one_exponent"})
+#: Ops whose scalar entry an operand's size chooses (power_one_exponent): a shape class,
+#: which generalises over sizes, takes their calls only where every member gets one entry.
+SIZE_DECIDED = frozenset({"power"})
+
+
 def _paddle_floor(result: np.dtype) -> str:
     """Paddle's (and OpenVINO's) signed floor division: in double up to 32 bits (it
     vectorises), else the exact integer loop."""

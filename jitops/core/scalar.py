@@ -224,6 +224,19 @@ def pow_c(a, b):
         return math.nan
 
 
+def pow_called(a, b):
+    """C's ``pow``, called where the code calls it: never computed ahead of a branch that
+    does not take it (the compiler may do so with ``pow_c``, a pure intrinsic to it)."""
+    return pow_c(a, b)
+
+
+def sqrt_c(a):
+    """C's ``sqrt`` (NaN for a negative number, where Python's raises; ``-0.0`` kept)."""
+    if a != a or a == 0:
+        return a
+    return math.sqrt(a) if a > 0 else math.nan
+
+
 def ldexp_c(a, e):
     """C's ``ldexp``."""
     try:
@@ -647,6 +660,24 @@ def power_float(a, b, T):
     return T(pow_c(a, b))
 
 
+def power_float_one_exponent(a, b, T):
+    """NumPy's float power where its loop sees one exponent throughout (its fast path,
+    jitops.core.catalog.power_one_exponent): ``1 / a``, 1, ``sqrt(a)``, ``a``, ``a * a`` for
+    -1, 0, 0.5, 1, 2 (so ``(-0.0) ** 0.5`` is -0.0 and ``(-inf) ** 0.5`` NaN, as ``sqrt``
+    gives), C's ``pow`` for any other. The five are selected, not branched to, so that a
+    loop of them vectorises; each computes on ``a`` only where chosen (1 elsewhere), so none
+    raises a flag for an exponent it does not serve."""
+    one = T(1.0)
+    if (b == T(-1.0)) | (b == T(0.0)) | (b == T(0.5)) | (b == T(1.0)) | (b == T(2.0)):
+        inverse = one / (a if b == T(-1.0) else one)
+        root = T(sqrt_c(a if b == T(0.5) else one))
+        s = a if b == T(2.0) else one
+        square = s * s
+        return inverse if b == T(-1.0) else one if b == T(0.0) else root if b == T(0.5) \
+            else a if b == T(1.0) else square
+    return T(pow_called(a, b))
+
+
 def copysign(a, b, T):
     return T(math.copysign(a, b))
 
@@ -811,7 +842,8 @@ _FAMILY = (
     logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
     floor_divide_signed, floor_divide_unsigned, floor_divide_float,
     remainder_signed, remainder_unsigned, remainder_float, fmod_signed, fmod_float,
-    power_int, power_float, copysign, heaviside, arctan2, hypot, logaddexp, logaddexp2,
+    power_int, power_float, power_float_one_exponent, copysign, heaviside, arctan2, hypot,
+    logaddexp, logaddexp2,
     gcd_signed, gcd_unsigned, lcm_signed, lcm_unsigned, ldexp,
 )
 OPS.update({f.__name__: f for f in _FAMILY})

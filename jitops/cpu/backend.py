@@ -391,8 +391,8 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
     t = call.target
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
                       call.dtypes.compute,
-                      kernels.should_stream(call.plan, call.dtypes.result, (x.dtype, y.dtype),
-                                            staged_tiles=True),
+                      call.impl not in catalog.NOT_STREAMED and kernels.should_stream(
+                          call.plan, call.dtypes.result, (x.dtype, y.dtype), staged_tiles=True),
                       call.plan.variant == TILED)
     # The kernel re-checks alignment and, with out=, overlap on every launch (it must: the
     # fast path hands it the caller's arrays), so their geometry is part of the launch.

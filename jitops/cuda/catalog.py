@@ -115,6 +115,10 @@ def family() -> Iterator[tuple[str, str, tuple]]:
     for op in ("less", "equal"):
         s = builtin_spec(op, None, np.dtype("int64"), np.dtype("uint64"))
         yield "contig", f"{op} int64,uint64", contig_types(s)
+    for dt in ("float32", "float64"):  # power with one exponent (core.catalog.power_one_exponent)
+        s = CudaSpec("op:power_float_one_exponent", None, (np.dtype(dt),) * 2, np.dtype(dt),
+                     np.dtype(dt))
+        yield "contig", f"power (one exponent) {dt}", contig_types(s)
 
 
 def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:

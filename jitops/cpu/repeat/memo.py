@@ -19,6 +19,7 @@ import time
 
 import numpy as np
 
+from ...core import catalog
 from ...core.config import ASLEEP_SERIAL_MAX, ASLEEP_WAKE_WINDOW_S
 from ...core.pipeline import WEAK
 from .. import backend as cpu
@@ -376,6 +377,9 @@ def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
 def _class_repeat(op, launch, target, x, y, out, broadcast, axis, act, weak):
     """The :class:`Repeat` of a serial call whose compiled entry takes every shape of its
     class (jitops.cpu.repeat.shapeclass), or None."""
+    if op in catalog.SIZE_DECIDED and x.ndim and y.ndim and x.shape != y.shape:
+        return None  # a class of rows: its members' operands differ in size, and so may
+        # their scalar entries
     ckey = (op, broadcast, axis, act, target.dtype, x.dtype, y.dtype, x.ndim, y.ndim,
             out is None)
     if weak is None:
