@@ -51,12 +51,14 @@ def test_every_special_base_and_shape_as_numpy(dtype, e):
 
 def test_the_fast_path_is_numpys_own_where_it_has_one():
     """The probe reads the installed NumPy: sqrt's -0.0 for ``(-0.0) ** 0.5`` or pow's +0.0."""
-    r = jitops.power(np.float32([-0.0, -np.inf]), 0.5)
+    with np.errstate(invalid="ignore"):  # sqrt(-inf)
+        r = jitops.power(np.float32([-0.0, -np.inf]), 0.5)
+        want = np.power(np.float32([-0.0, -np.inf]), 0.5)
     if catalog.NUMPY_POWER_FAST_PATH:
         assert np.signbit(r[0]) and np.isnan(r[1])
     else:
         assert not np.signbit(r[0]) and r[1] == np.inf
-    assert r.tobytes() == np.power(np.float32([-0.0, -np.inf]), 0.5).tobytes()
+    assert r.tobytes() == want.tobytes()
 
 
 @pytest.mark.parametrize("e", [-1.0, 0.5, 2.0, 3.0])
