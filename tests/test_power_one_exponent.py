@@ -122,3 +122,40 @@ def test_other_loops_and_names_keep_pow():
         for r in (jitops.elementwise_pow(x, np.float32(0.5)),
                   jitops.openvino.Power(x, np.float32(0.5))):
             assert not np.signbit(r[0]) and r[1] == np.inf
+
+
+def test_the_one_exponent_loop_vectorises_and_never_streams(monkeypatch):
+    """The shortcut that makes ``x ** 2`` fast: LLVM splits the task's plain loop by the
+    exponent, so its square, root and reciprocal run on vectors (a task compiled afresh,
+    uncached: one loaded from the disk cache carries no assembly text); the streamed loop it
+    does not split (``pow`` in every lane: 23 ms for 2), so this entry never streams."""
+    import re
+
+    from jitops.core import config
+    from jitops.cpu.compile.jit import inner
+    from jitops.cpu.kernels import binary as kernels
+    from jitops.cpu.kernels.spec import KernelSpec
+
+    dt = np.dtype(np.float32)
+    spec = KernelSpec("power_float_one_exponent", None, dt, dt, dt, dt)
+    task = inner(kernels._task.py_func)
+    sig = (spec.numba_type,) + (kernels._I64,) * 5
+    task.compile(sig)
+    asm = task.inspect_asm(sig)
+    vector = set(re.findall(r"\bv(mulps|sqrtps|divps)\s+%[yz]mm", asm))
+    assert vector == {"mulps", "sqrtps", "divps"}, vector
+    assert "powf" in asm  # the other exponents' call, kept
+
+    from jitops import dispatch
+
+    monkeypatch.setattr(config, "STREAM_BYTES", 1)  # every output streams where it may
+    dispatch.clear()  # no launch remembered from before
+    try:
+        x = np.full(1 << 12, 1.5, dt)
+        for y in (2.0, np.float32(2.0), np.full(1 << 12, 2.0, dt)):
+            jitops.power(x, y)
+    finally:
+        dispatch.clear()  # nor one remembered here, streamed, after
+    ops = {(s.op, s.stream) for s in kernels._TASKS if s.x == "float32" and "power" in s.op}
+    assert ("power_float_one_exponent", False) in ops and ("power_float", True) in ops, ops
+    assert ("power_float_one_exponent", True) not in ops, ops

@@ -224,12 +224,6 @@ def pow_c(a, b):
         return math.nan
 
 
-def pow_called(a, b):
-    """C's ``pow``, called where the code calls it: never computed ahead of a branch that
-    does not take it (the compiler may do so with ``pow_c``, a pure intrinsic to it)."""
-    return pow_c(a, b)
-
-
 def sqrt_c(a):
     """C's ``sqrt`` (NaN for a negative number, where Python's raises; ``-0.0`` kept)."""
     if a != a or a == 0:
@@ -675,7 +669,7 @@ def power_float_one_exponent(a, b, T):
         square = s * s
         return inverse if b == T(-1.0) else one if b == T(0.0) else root if b == T(0.5) \
             else a if b == T(1.0) else square
-    return T(pow_called(a, b))
+    return T(pow_c(a, b))
 
 
 def copysign(a, b, T):

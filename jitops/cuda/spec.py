@@ -338,10 +338,6 @@ if not SIMULATOR:
     def _ov_pow(a, b):
         return lambda a, b: math.pow(a, b)
 
-    @_ext.overload(_scalar.pow_called, target="cuda")
-    def _ov_pow_called(a, b):
-        return lambda a, b: math.pow(a, b)
-
     @_ext.overload(_scalar.sqrt_c, target="cuda")
     def _ov_sqrt(a):
         return lambda a: math.sqrt(a)

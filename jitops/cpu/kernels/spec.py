@@ -351,24 +351,6 @@ def _ov_pow(a, b):
     return lambda a, b: math.pow(a, b)
 
 
-def _emit_libm_pow(builder, args):
-    """A call of libm's ``pow``/``powf``, declared as any external function: the optimiser
-    may not compute it ahead of a branch (``llvm.pow`` it would, speculatively, in every
-    lane of a loop that takes the branch for no element)."""
-    t = args[0].type
-    name = "powf" if t == ir.FloatType() else "pow"
-    fn = cgutils.get_or_insert_function(builder.module, ir.FunctionType(t, [t, t]), name)
-    return builder.call(fn, args)
-
-
-_pow_called = _float_intrinsic("pow_called", 2, _emit_libm_pow)
-
-
-@overload(_scalar.pow_called, jit_options=INNER)
-def _ov_pow_called(a, b):
-    return lambda a, b: _pow_called(a, b)
-
-
 @overload(_scalar.sqrt_c, jit_options=INNER)
 def _ov_sqrt(a):
     return lambda a: math.sqrt(a)
