@@ -110,6 +110,8 @@ def _numpy_power_fast_path() -> bool:
 
 
 NUMPY_POWER_FAST_PATH = _numpy_power_fast_path()
+#: The loops that have it (float16's and longdouble's do not).
+_FAST_POWER_LOOPS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def power_one_exponent(result: np.dtype, x: tuple, y: tuple, out: tuple) -> bool:
@@ -119,7 +121,7 @@ def power_one_exponent(result: np.dtype, x: tuple, y: tuple, out: tuple) -> bool
     operand 0-d or of the result's shape) steps through a one-element exponent that is not
     0-d as an array: ``pow`` there. An exponent of several elements constant along the
     inner loop (a column) takes NumPy's fast path or not by its buffering (a (2, 20000)
-    base does, a (3, 1000) one not): jitops runs ``pow`` there (docs/rulebooks.md)."""
+    base does, a (3, 1000) one not): jitops runs ``pow`` there (docs/api.md)."""
     if not NUMPY_POWER_FAST_PATH or result not in _FAST_POWER_LOOPS:
         return False
     if any(n != 1 for n in y):
@@ -127,7 +129,6 @@ def power_one_exponent(result: np.dtype, x: tuple, y: tuple, out: tuple) -> bool
     return not y or not all(s == () or s == out for s in (x, y))
 
 
-_FAST_POWER_LOOPS = (np.dtype(np.float32), np.dtype(np.float64))
 #: Scalar entries the CPU kernels never write with non-temporal stores: power's fast path
 #: vectorises where LLVM splits its loop by the exponent, which it does for a row's plain
 #: loop and not for the streamed pair, where it computes ``pow`` in every lane instead
