@@ -218,7 +218,7 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key, memo=None
     with cuda.on_device(memory):
         call = prepare(memory, op, fname, operands, mode, axis, act, out)
         cuda.launch(call, memory)
-        cuda_repeat.remember(found, call, memory)
+        cuda_repeat.remember(found, call, memory, operands)
         return call.finish(memory)
 
 

@@ -29,6 +29,13 @@ CASES = (  # (key, title, x shape, y shape, broadcast, axis)
     ("transposed", "subtract X.T - Y (4096, 4096)", (4096, 4096), (4096, 4096), "numpy", -1),
 )
 
+#: A Python scalar operand, the commonest call of all (``x - 2.0``, ``x ** 2``): (key, title,
+#: op, size, the scalar).
+SCALAR_CASES = (
+    ("scalar_power", "x ** 2, 1e7 float32 (a Python scalar exponent)", "power", 10_000_000,
+     2.0),
+)
+
 
 #: jitops' reductions (jitops.cuda.reduce) against the contenders' own sums: (key, title).
 REDUCE_CASES = (
@@ -180,6 +187,20 @@ def run(scale: float, progress) -> dict:
             tx, ty, to = (th.as_tensor(a, device="cuda") for a in (x, y, out))
             fns["torch"] = lambda: th.sub(tx, ty, out=to)
         rows.append(_timed_row(key, title, fns, moved, rounds, peak))
+    for key, title, op, n, scalar in SCALAR_CASES:
+        progress(f"cuda: {title} ...")
+        x = cuda.to_device(rng.standard_normal(n, dtype=np.float32))
+        out = cuda.device_array(n, np.float32)
+        fns = {"jitops": lambda: getattr(jitops, op)(x, scalar, out=out)}
+        if "cupy" in contenders:
+            cp = contenders["cupy"]
+            cx, co = cp.asarray(x), cp.asarray(out)
+            fns["cupy"] = lambda: getattr(cp, op)(cx, scalar, out=co)
+        if "torch" in contenders:
+            th = contenders["torch"]
+            tx, to = th.as_tensor(x, device="cuda"), th.as_tensor(out, device="cuda")
+            fns["torch"] = lambda: getattr(th, {"power": "pow"}.get(op, op))(tx, scalar, out=to)
+        rows.append(_timed_row(key, title, fns, 8 * n, rounds, peak))
     for key, title in REDUCE_CASES:
         progress(f"cuda: {title} ...")
         try:

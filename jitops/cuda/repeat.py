@@ -2,19 +2,22 @@
 
 A CUDA call's launch (kernel, grid, arguments, stream, GPU) is a function of the op, its
 ``broadcast``, ``axis``, ``act`` and ``device`` arguments, and of what each operand says of
-itself: its CUDA Array Interface (dtype, shape, strides, address, read-only flag), its library,
-and the stream that library works on now. A call is remembered under exactly those (and
+itself: a CUDA array's interface (dtype, shape, strides, address, read-only flag), its library
+and the stream that library works on now; a scalar's type and exact bits (every decision a
+value makes -- its dtype, ``power``'s one-exponent entry, a comparison settled by an
+out-of-range integer -- follows from them). A call is remembered under exactly those (and
 whether it has ``out=``) when:
 
-* every operand, and ``out`` where given, is an array of Numba, CuPy or PyTorch (their own
-  types, no subclass);
+* every operand is an array of Numba, CuPy or PyTorch (their own types, no subclass) or a
+  Python or NumPy scalar, at least one of them an array; ``out``, where given, such an array;
 * it needed no copy, no zero check and one stream.
 
 A later call with the same key launches the same kernel again, with no dtype resolution and
 no planning; a call without ``out=`` allocates its result as the first call did (same
 library, shape, strides and stream) and nothing else. The key pins every address the launch
-reads, and the caller holds those arrays, so that memory is alive. Nothing of the arrays
-themselves is kept: the memo never holds GPU memory.
+reads: the caller holds the arrays, so that memory is alive, and the entry holds the one-word
+device copy of each scalar (jitops.cuda.backend uploads a scalar once; the entry keeps its copy
+alive should that cache be emptied). Nothing else is kept: the memo holds no caller's array.
 
 The launch itself goes one of two ways:
 
@@ -76,6 +79,7 @@ import functools
 import math
 import struct
 
+import numpy as np
 from numba import cuda
 
 from ..cpu.compile.hooks import check_once
@@ -120,18 +124,23 @@ class _Entry(_Where):
     ``head``, the new result's address, then ``tail`` (``head`` alone with ``out=``); None
     where the dispatcher launches it from ``spec`` and ``plan``."""
 
-    __slots__ = ("name", "spec", "plan", "result", "launch", "head", "tail")
+    __slots__ = ("name", "spec", "plan", "result", "launch", "head", "tail", "scalars")
 
-    def __init__(self, mem, name, spec, plan, result, direct):
+    def __init__(self, mem, name, spec, plan, result, direct, scalars):
         super().__init__(mem)
         self.name, self.spec, self.plan, self.result = name, spec, plan, result
         self.launch, self.head, self.tail = direct if direct is not None else (None, (), ())
+        self.scalars = scalars  # (operand index, its device copy) of each scalar operand
 
     def again(self, operands: tuple, out):
         """Launch again for these arrays; the result (``out``, or a new array)."""
         mem = self.memory() if self.launch is None or self.result is not None else None
         target = out if self.result is None else mem.empty(*self.result)
         if self.launch is None:
+            if self.scalars:
+                operands = list(operands)
+                for j, copy in self.scalars:
+                    operands[j] = copy
             name, blocks, tpb, args = backend.launch_args(mem, self.spec, self.plan, target,
                                                           *operands)
             kernels.KERNELS[name][blocks, tpb, self.stream_obj](*args)
@@ -208,13 +217,23 @@ def key(op, fname: str, broadcast, axis, act, device, operands: tuple, out) -> t
     parts = [op, fname, type(broadcast), broadcast, type(axis), axis, type(act), act,
              type(device), device]
     streams: dict = {}
+    arrays_in = False
     try:
-        for v in operands if out is None else (*operands, out):
+        for v in operands:
             k = _memoable(type(v))
-            part = None if k is None else _part(v, k, streams)
+            part = _scalar_part(v) if k is None else _part(v, k, streams)
+            if part is None:
+                return None
+            arrays_in = arrays_in or k is not None
+            parts.append(part)
+        if out is not None:
+            k = _memoable(type(out))
+            part = None if k is None else _part(out, k, streams)
             if part is None:
                 return None
             parts.append(part)
+        if not arrays_in:  # scalars alone: the GPU would be whichever is current
+            return None
         parts.append(out is None)
         found = tuple(parts)
         hash(found)
@@ -239,10 +258,16 @@ def launch_again(found: tuple, operands: tuple, out):
         return e.again(operands, out)
 
 
-def remember(found, call, mem) -> None:
-    """Keep the launch of a call just made, where it may be made again as it was."""
-    if found is None or not call.as_given or mem.waits or mem.read_values \
-            or len(mem.launched) != 1 or (call.out is not None and call.target is not call.out):
+def remember(found, call, mem, found_operands: tuple) -> None:
+    """Keep the launch of a call just made on ``found_operands`` (as the caller gave them),
+    where it may be made again as it was."""
+    if found is None or mem.waits or mem.read_values or len(mem.launched) != 1 \
+            or (call.out is not None and call.target is not call.out):
+        return
+    # each operand read in place, or a scalar (keyed by its bits) uploaded: its copy is kept
+    scalars = tuple((j, a) for j, (a, v) in enumerate(zip(call.inputs, found_operands))
+                    if a is not v)
+    if any(_scalar_part(found_operands[j]) is None for j, _ in scalars):
         return
     name, blocks, tpb, args = mem.launched[0]
     result = None
@@ -256,7 +281,7 @@ def remember(found, call, mem) -> None:
             direct = _direct(name, blocks, tpb, args, mem.stream_obj, address)
     if len(_MEMO) >= MAX_ENTRIES:
         _MEMO.clear()
-    _MEMO[found] = _Entry(mem, name, args[0], call.plan, result, direct)
+    _MEMO[found] = _Entry(mem, name, args[0], call.plan, result, direct, scalars)
 
 
 def forget() -> None:
@@ -413,9 +438,11 @@ _PASSES: dict[tuple, _Pass] = {}
 
 
 def _scalar_part(v):
-    """A Python scalar operand's part of a pass key: its type and exact bits (``-0.0`` is
-    not ``0.0``; a NaN's sign and payload count)."""
+    """A Python or NumPy scalar operand's part of a key: its type and exact bits (``-0.0``
+    is not ``0.0``; a NaN's sign and payload count); None for anything else."""
     t = type(v)
+    if isinstance(v, np.generic):
+        return (t, v.tobytes()) if v.dtype.kind in "biufc" else None
     if isinstance(v, int):  # bool included
         return (t, int(v))
     if isinstance(v, float):

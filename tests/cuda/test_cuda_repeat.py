@@ -112,11 +112,9 @@ def test_each_view_of_a_buffer_is_its_own_launch(rng):
 def test_what_is_never_remembered(rng):
     x = rng.standard_normal(64)
     dx = cuda.to_device(x)
-    out = cuda.device_array(64)
-    jitops.add(dx, 2.0, out=out)  # a Python scalar
-    jitops.add(dx, 2.0)
-    jitops.add(dx, np.float64(2.0))  # a NumPy scalar, uploaded
     jitops.add(dx, x)  # a host array
+    jitops.add(1.0, 2.0, device="cuda")  # scalars alone
+    jitops.add(dx, np.array(2.0))  # a host 0-d array (its values may change)
     assert not repeat._MEMO
     repeat.forget()
     # a partial overlap of out and an input: read from a copy, as NumPy does; each time
@@ -126,6 +124,71 @@ def test_what_is_never_remembered(rng):
         jitops.add(d[1:], d[:-1], out=d[:-1])
         np.testing.assert_array_equal(d.copy_to_host()[:-1], before[1:] + before[:-1])
     assert not repeat._MEMO
+
+
+def bits(a: np.ndarray) -> bytes:
+    """Every bit, but a NaN's sign and payload (the GPU's own: sqrt(-inf) is +NaN there)."""
+    a = a.copy()
+    a[np.isnan(a)] = np.nan
+    return a.tobytes()
+
+
+def test_a_scalar_operand_is_remembered_by_its_type_and_bits(rng, monkeypatch):
+    """``x - 2.0``, ``x ** 2``: the scalar's type and bits are in the key, so every decision
+    its value makes (the result dtype, power's one-exponent entry, the sign of zero) is the
+    first call's; another value or type is another launch."""
+    x = rng.standard_normal(96).astype(np.float32)
+    x[:4] = [-0.0, -np.inf, -2.0, 0.0]
+    dx = cuda.to_device(x)
+    out = cuda.device_array(96, np.float32)
+    calls = [(jitops.subtract, 2.0), (jitops.subtract, 2), (jitops.subtract, True),
+             (jitops.subtract, np.float32(2.0)), (jitops.subtract, np.float64(2.0)),
+             (jitops.power, 0.5), (jitops.power, 2.0), (jitops.power, 3.0),
+             (jitops.multiply, -0.0), (jitops.multiply, 0.0), (jitops.multiply, 1.0 + 0j)]
+    with np.errstate(invalid="ignore"):
+        want = [f(x, s) for f, s in calls]
+    narrow = [np.result_type(x, s) == np.float32 for _, s in calls]
+    first = []
+    for (f, s), w, n in zip(calls, want, narrow):
+        r = f(dx, s).copy_to_host()
+        assert r.dtype == w.dtype, (f, s)
+        # as the host computes it: pow to the device's last ulp, signs of zero exactly
+        np.testing.assert_allclose(r, w, rtol=3e-7, atol=0, equal_nan=True)
+        rv, wv = r.view(r.real.dtype), w.view(w.real.dtype)  # complex: each part
+        assert (np.signbit(rv) == np.signbit(wv))[~np.isnan(wv)].all(), (f, s)
+        first.append(r)
+        if n:
+            f(dx, s, out=out)
+    assert len(repeat._MEMO) == len(calls) + sum(narrow)
+    no_pipeline(monkeypatch)
+    for _ in range(2):
+        for (f, s), r0, n in zip(calls, first, narrow):
+            r = f(dx, s)
+            assert r.dtype == r0.dtype and bits(r.copy_to_host()) == bits(r0), (f, s)
+            if n:
+                assert f(dx, s, out=out) is out
+                assert bits(out.copy_to_host()) == bits(r0), (f, s)
+        # the scalar's own device copy outlives the backend's cache of them
+        backend._SCALARS.clear()
+        gc.collect()
+    assert np.signbit(jitops.power(dx, 0.5).copy_to_host()[0])  # sqrt's -0.0 kept
+    # the scalar first: the same, and its own launch
+    monkeypatch.undo()
+    r = [jitops.subtract(2.0, dx).copy_to_host() for _ in range(3)]
+    assert all(v.tobytes() == (2.0 - x).tobytes() for v in r)
+
+
+def test_a_repeated_scalar_without_the_hook(rng, monkeypatch):
+    monkeypatch.setattr(repeat, "_state", {repeat.NAME: "turned off here"})
+    x = rng.standard_normal((6, 50)).astype(np.float32)
+    dx = cuda.to_device(x)
+    for _ in range(3):
+        r = jitops.multiply(dx[::-1], 0.25)
+    assert [e.launch for e in repeat._MEMO.values()] == [None]
+    backend._SCALARS.clear()
+    gc.collect()
+    assert jitops.multiply(dx[::-1], 0.25).copy_to_host().tobytes() == (x[::-1] * 0.25).tobytes()
+    assert r.copy_to_host().tobytes() == (x[::-1] * 0.25).tobytes()
 
 
 def test_a_zero_divisor_raises_after_repeats():
