@@ -346,10 +346,11 @@ def test_repeated_gradients_means_and_scalars(rng, monkeypatch):
     dx, dy, dd = (cuda.to_device(a) for a in (x, y, np.ones_like(x)))
     dcol = cuda.to_device(y[:, None])  # (numba's device arrays take no None index)
     mean = jitops.reduce(lambda a, b, s: (a - b) * s, "mean", axis=(0, 2))
-    for s in (2.0, -0.0, 0.0, 2.0):  # -0.0 and 0.0 are different calls
+    scalars = (2.0, -0.0, 0.0, np.float32(2.0), np.float64(-0.0))  # each its own call
+    for s in scalars + scalars:
         jitops.elementwise_mul_grad(dx, dy, dd, axis=1)
         mean(dx, dcol, s)
-    assert len(repeat._PASSES) == 4
+    assert len(repeat._PASSES) == 1 + len(scalars)
     no_planning(monkeypatch)
     for _ in range(2):
         d = rng.standard_normal(x.shape)
@@ -358,7 +359,7 @@ def test_repeated_gradients_means_and_scalars(rng, monkeypatch):
         wx, wy = jitops.elementwise_mul_grad(x, y, d, axis=1)
         np.testing.assert_array_equal(gx.copy_to_host(), wx)
         np.testing.assert_allclose(gy.copy_to_host(), wy, rtol=1e-13)
-        for s in (2.0, -0.0):
+        for s in scalars:
             got = mean(dx, dcol, s).copy_to_host()
             np.testing.assert_allclose(got, mean(x, y[:, None], s), rtol=1e-13)
             assert np.signbit(got).tolist() == np.signbit(mean(x, y[:, None], s)).tolist()
