@@ -61,23 +61,31 @@ def test_the_fast_path_is_numpys_own_where_it_has_one():
     assert r.tobytes() == want.tobytes()
 
 
-@pytest.mark.parametrize("e", [-1.0, 0.5, 2.0, 3.0])
+@pytest.mark.parametrize("e", [-1.0, 0.0, 0.5, 1.0, 2.0, 3.0])
 def test_the_flags_are_numpys(e):
+    """Each exponent raises its own operation's flags only, whatever the loop: contiguous,
+    strided, reversed or transposed bases, the exponent a Python float, a 0-d or a (1, 1)
+    array. (LLVM computes an operation whose result is picked only where its select chose
+    the base on the base in every lane: on an Intel CPU ``1 / x`` raised *divide* for
+    ``(-0.0) ** 0.5`` until the pick was made by ranges of the exponent.)"""
+    def caught(f):
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            with np.errstate(all="warn"):
+                r = f()
+        return r, sorted(str(m.message).split(" encountered")[0] for m in ws)
+
     for dtype in (np.float32, np.float64):
         for v in SPECIALS:
             with np.errstate(over="ignore"):  # 1e300 as float32: inf
-                x = np.array([v, 1.5], dtype)
-
-            def caught(f):
-                with warnings.catch_warnings(record=True) as ws:
-                    warnings.simplefilter("always")
-                    with np.errstate(all="warn"):
-                        r = f()
-                return r, sorted(str(m.message).split(" encountered")[0] for m in ws)
-
-            (got, ours), (want, theirs) = caught(lambda: jitops.power(x, e)), \
-                caught(lambda: np.power(x, e))
-            assert ours == theirs and _same(got, want, dtype), (v, e, ours, theirs)
+                x = np.array([v, 1.5] * 6, dtype)
+            views = (x[:2], x[::2], x[::-1], x.reshape(3, 4).T, x.reshape(4, 3)[:, ::2])
+            for xv, y in zip(views, (e, np.array(e, dtype), dtype(e), np.full((1, 1), e, dtype),
+                                     e)):
+                (got, ours), (want, theirs) = caught(lambda: jitops.power(xv, y)), \
+                    caught(lambda: np.power(xv, y))
+                assert ours == theirs and _same(got, want, dtype), (v, e, xv.strides, ours,
+                                                                     theirs)
 
 
 def test_repeats_and_shape_classes_keep_each_calls_own_rule():

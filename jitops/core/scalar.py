@@ -659,16 +659,21 @@ def power_float_one_exponent(a, b, T):
     jitops.core.catalog.power_one_exponent): ``1 / a``, 1, ``sqrt(a)``, ``a``, ``a * a`` for
     -1, 0, 0.5, 1, 2 (so ``(-0.0) ** 0.5`` is -0.0 and ``(-inf) ** 0.5`` NaN, as ``sqrt``
     gives), C's ``pow`` for any other. The five are selected, not branched to, so that a
-    loop of them vectorises; each computes on ``a`` only where chosen (1 elsewhere), so none
-    raises a flag for an exponent it does not serve."""
+    loop of them vectorises; each computes on ``a`` only where chosen, so none raises a flag
+    for an exponent it does not serve: elsewhere on ``idle`` (a number in [1, 2] made of
+    ``b``), and the answer is picked by ranges of ``b``, not by the selects' own tests (where
+    the pick repeats a select's test, LLVM knows that select gives ``a`` there and computes
+    ``1 / a`` and ``a * a`` in every lane: *divide* for ``(-0.0) ** 0.5``, on an Intel CPU)."""
     one = T(1.0)
     if (b == T(-1.0)) | (b == T(0.0)) | (b == T(0.5)) | (b == T(1.0)) | (b == T(2.0)):
-        inverse = one / (a if b == T(-1.0) else one)
-        root = T(sqrt_c(a if b == T(0.5) else one))
-        s = a if b == T(2.0) else one
+        m = abs(b)
+        idle = (m if m < one else one) + one
+        inverse = one / (a if b == T(-1.0) else idle)
+        root = T(sqrt_c(a if b == T(0.5) else idle))
+        s = a if b == T(2.0) else idle
         square = s * s
-        return inverse if b == T(-1.0) else one if b == T(0.0) else root if b == T(0.5) \
-            else a if b == T(1.0) else square
+        return inverse if b < T(0.0) else square if b > T(1.5) else a if b > T(0.75) \
+            else root if b > T(0.25) else one
     return T(pow_c(a, b))
 
 
