@@ -10,6 +10,8 @@ take ``act=`` as the original eight do. Numba-free.
 
 from __future__ import annotations
 
+import platform
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -93,9 +95,14 @@ ALIASES = {"mod": "remainder"}
 _ORDERED = frozenset({"less", "less_equal", "greater", "greater_equal"})
 _BY_SIGN = frozenset({"floor_divide", "remainder", "gcd", "lcm"})
 
-#: ops whose complex loops jitops does not run yet (NumPy has them): refused with a TypeError
-NO_COMPLEX = frozenset({"power", "float_power", "elementwise_pow", "elementwise_mod",
-                        "elementwise_floordiv", "ov_power", "ov_maximum", "ov_minimum"})
+#: Whether this platform's C library ``cpow`` can be called as the CPU kernels call it (the
+#: x86-64 System V convention: Linux and macOS on x86-64); NumPy's complex power ends in it.
+CPOW_ABI = platform.machine().lower() in ("x86_64", "amd64") and sys.platform in ("linux",
+                                                                                    "darwin")
+#: ops whose complex loops jitops does not run (NumPy has them): refused with a TypeError
+NO_COMPLEX = frozenset({"elementwise_pow", "elementwise_mod", "elementwise_floordiv",
+                        "ov_power", "ov_maximum", "ov_minimum",
+                        *(() if CPOW_ABI else ("power", "float_power"))})
 #: OpenVINO's logical ops take booleans only (the spec's T_BOOL): other dtypes are refused
 BOOL_ONLY = frozenset({"ov_logical_and", "ov_logical_or", "ov_logical_xor"})
 #: Paddle ops with no unsigned kernel in Paddle (a TypeError says so)
@@ -208,6 +215,8 @@ def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
     if op == "nextafter":
         return f"nextafter_{8 * result.itemsize}"
     if op in ("power", "float_power"):
+        if result.kind == "c":
+            return "power_complex"
         return "power_float" if kind == "float" else "power_int"
     return op
 

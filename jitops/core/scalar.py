@@ -12,6 +12,7 @@ and pin down NaN and signed-zero behaviour exactly.
 
 from __future__ import annotations
 
+import cmath
 import inspect
 import math
 
@@ -222,6 +223,16 @@ def pow_c(a, b):
         if a == 0:
             return math.copysign(math.inf, a) if float(b) % 2 == 1 else math.inf
         return math.nan
+
+
+def cpow_c(a, b):
+    """C's ``cpow`` (glibc's: ``cexp(b * clog(a))``), for complex ``a`` and ``b`` of one type;
+    reached only with ``a`` and ``b`` nonzero (:func:`power_complex`). The body here runs
+    only in Numba's CUDA simulator."""
+    try:
+        return cmath.exp(b * cmath.log(a))
+    except (OverflowError, ValueError):
+        return complex(math.nan, math.nan)
 
 
 def sqrt_c(a):
@@ -654,6 +665,64 @@ def power_float(a, b, T):
     return T(pow_c(a, b))
 
 
+def _reciprocal_complex(r, T):
+    """NumPy's ``cdiv(1, r)`` of its complex power (npymath's Smith division, not the divide
+    loop's): each part of 1 divided by +0 for a zero ``r``."""
+    one = T(1).real
+    zero = one - one
+    rr, ri = r.real, r.imag
+    abs_r, abs_i = abs(rr), abs(ri)
+    if ge_signaling(abs_r, abs_i):
+        if abs_r == zero and abs_i == zero:
+            return T(complex(one / abs_r, zero / abs_i))
+        rat = ri / rr
+        scl = one / (rr + ri * rat)
+        return T(complex((one + zero * rat) * scl, (zero - one * rat) * scl))
+    rat = rr / ri
+    scl = one / (ri + rr * rat)
+    return T(complex((one * rat + zero) * scl, (zero * rat - one) * scl))
+
+
+def power_complex(a, b, T):
+    """NumPy's complex power (npymath's ``npy_cpow``): 1 for a zero exponent; for a zero
+    base, 0 where the exponent's real part is positive, else NaN with *invalid*; an integer
+    exponent below 100 in magnitude by repeated multiplication (binary powers, NumPy's
+    ``cmul``, then ``1 / r`` for a negative one); any other through C's ``cpow``."""
+    ar, ai, br, bi = a.real, a.imag, b.real, b.imag
+    one = T(1).real
+    zero = one - one
+    hundred = T(100).real
+    if br == zero and bi == zero:
+        return T(complex(one, zero))
+    if ar == zero and ai == zero:
+        # C's ``br > 0`` (as each ordered comparison below): *invalid* for a NaN
+        if ge_signaling(br, zero) and br != zero:
+            return T(complex(zero, zero))
+        return T(raise_flags(INVALID, complex(math.nan, math.nan)))
+    if bi == zero and ge_signaling(br, -hundred) and br != -hundred and br < hundred \
+            and T(int(br)).real == br:
+        n = int(br)
+        if n == 1:
+            return a
+        if n == 2:
+            return complex_multiply(a, a, T)
+        if n == 3:
+            return complex_multiply(a, complex_multiply(a, a, T), T)
+        m = -n if n < 0 else n
+        acc = T(complex(one, zero))
+        p = a
+        mask = 1
+        while True:
+            if m & mask:
+                acc = complex_multiply(acc, p, T)
+            mask <<= 1
+            if m < mask:
+                break
+            p = complex_multiply(p, p, T)
+        return _reciprocal_complex(acc, T) if br < zero else acc
+    return T(cpow_c(a, b))
+
+
 def power_float_one_exponent(a, b, T):
     """NumPy's float power where its loop sees one exponent throughout (its fast path,
     jitops.core.catalog.power_one_exponent): ``1 / a``, 1, ``sqrt(a)``, ``a``, ``a * a`` for
@@ -841,8 +910,8 @@ _FAMILY = (
     logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
     floor_divide_signed, floor_divide_unsigned, floor_divide_float,
     remainder_signed, remainder_unsigned, remainder_float, fmod_signed, fmod_float,
-    power_int, power_float, power_float_one_exponent, copysign, heaviside, arctan2, hypot,
-    logaddexp, logaddexp2,
+    power_int, power_float, power_float_one_exponent, power_complex, copysign, heaviside,
+    arctan2, hypot, logaddexp, logaddexp2,
     gcd_signed, gcd_unsigned, lcm_signed, lcm_unsigned, ldexp,
 )
 OPS.update({f.__name__: f for f in _FAMILY})
@@ -859,7 +928,7 @@ def returning(fn):
 #: of their own (a compiled function finds a plain Python one it calls by an overload of
 #: :func:`returning`'s).
 HELPERS = (negative, pow_cast, _divmod_float, order_mixed, less_complex, less_equal_complex,
-           gcd_signed, gcd_unsigned)
+           gcd_signed, gcd_unsigned, complex_multiply, _reciprocal_complex)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
 for _f in (paddle_floor_divide_signed, paddle_remainder_float):

@@ -17,6 +17,7 @@ each has a plain-Python body doing what its overload compiles.
 
 from __future__ import annotations
 
+import cmath
 import functools
 import math
 
@@ -337,6 +338,12 @@ if not SIMULATOR:
     @_ext.overload(_scalar.pow_c, target="cuda")
     def _ov_pow(a, b):
         return lambda a, b: math.pow(a, b)
+
+    @_ext.overload(_scalar.cpow_c, target="cuda")
+    def _ov_cpow(a, b):
+        # no C library on the device: the formula glibc's cpow computes, in the device's own
+        # complex exp and log (within a few ulps of NumPy's, not its last bits)
+        return lambda a, b: cmath.exp(b * cmath.log(a))
 
     @_ext.overload(_scalar.sqrt_c, target="cuda")
     def _ov_sqrt(a):

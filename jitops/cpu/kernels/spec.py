@@ -356,6 +356,48 @@ def _ov_sqrt(a):
     return lambda a: math.sqrt(a)
 
 
+@intrinsic
+def _cpow(typingctx, a, b):
+    """C's ``cpow`` (``cpowf`` for complex64), the C library's own (NumPy's complex power
+    calls it), by the x86-64 System V convention: a complex double travels as two doubles
+    and comes back as a pair of them, a complex float as one vector of two floats (the only
+    platforms that reach it: jitops.core.catalog.CPOW_ABI)."""
+    if not (isinstance(a, types.Complex) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        part = context.get_value_type(a.underlying_float)
+        x, y = (context.make_complex(builder, a, v) for v in args)
+        if a.bitwidth == 128:
+            fnty = ir.FunctionType(ir.LiteralStructType([part, part]), [part] * 4)
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "cpow")
+            got = builder.call(fn, [x.real, x.imag, y.real, y.imag])
+            re, im = builder.extract_value(got, 0), builder.extract_value(got, 1)
+        else:
+            pair = ir.VectorType(part, 2)
+
+            def packed(c):
+                v = builder.insert_element(ir.Constant(pair, ir.Undefined), c.real,
+                                           ir.Constant(ir.IntType(32), 0))
+                return builder.insert_element(v, c.imag, ir.Constant(ir.IntType(32), 1))
+
+            fn = cgutils.get_or_insert_function(builder.module,
+                                                 ir.FunctionType(pair, [pair, pair]), "cpowf")
+            got = builder.call(fn, [packed(x), packed(y)])
+            re = builder.extract_element(got, ir.Constant(ir.IntType(32), 0))
+            im = builder.extract_element(got, ir.Constant(ir.IntType(32), 1))
+        r = context.make_complex(builder, a)
+        r.real, r.imag = re, im
+        return r._getvalue()
+
+    return a(a, b), codegen
+
+
+@overload(_scalar.cpow_c, jit_options=INNER)
+def _ov_cpow(a, b):
+    return lambda a, b: _cpow(a, b)
+
+
 @overload(_scalar.double, jit_options=INNER)
 def _ov_double(v):
     return lambda v: types.float64(v)
