@@ -367,28 +367,28 @@ def _cpow(typingctx, a, b):
 
     def codegen(context, builder, signature, args):
         part = context.get_value_type(a.underlying_float)
-        x, y = (context.make_complex(builder, a, v) for v in args)
+        # Numba's complex value is the struct {real, imag}
+        (xr, xi), (yr, yi) = ((builder.extract_value(v, 0), builder.extract_value(v, 1))
+                              for v in args)
         if a.bitwidth == 128:
             fnty = ir.FunctionType(ir.LiteralStructType([part, part]), [part] * 4)
             fn = cgutils.get_or_insert_function(builder.module, fnty, "cpow")
-            got = builder.call(fn, [x.real, x.imag, y.real, y.imag])
+            got = builder.call(fn, [xr, xi, yr, yi])
             re, im = builder.extract_value(got, 0), builder.extract_value(got, 1)
         else:
             pair = ir.VectorType(part, 2)
+            lane = [ir.Constant(ir.IntType(32), k) for k in (0, 1)]
 
-            def packed(c):
-                v = builder.insert_element(ir.Constant(pair, ir.Undefined), c.real,
-                                           ir.Constant(ir.IntType(32), 0))
-                return builder.insert_element(v, c.imag, ir.Constant(ir.IntType(32), 1))
+            def packed(r, i):
+                v = builder.insert_element(ir.Constant(pair, ir.Undefined), r, lane[0])
+                return builder.insert_element(v, i, lane[1])
 
             fn = cgutils.get_or_insert_function(builder.module,
                                                  ir.FunctionType(pair, [pair, pair]), "cpowf")
-            got = builder.call(fn, [packed(x), packed(y)])
-            re = builder.extract_element(got, ir.Constant(ir.IntType(32), 0))
-            im = builder.extract_element(got, ir.Constant(ir.IntType(32), 1))
-        r = context.make_complex(builder, a)
-        r.real, r.imag = re, im
-        return r._getvalue()
+            got = builder.call(fn, [packed(xr, xi), packed(yr, yi)])
+            re, im = (builder.extract_element(got, k) for k in lane)
+        r = ir.Constant(context.get_value_type(a), ir.Undefined)
+        return builder.insert_value(builder.insert_value(r, re, 0), im, 1)
 
     return a(a, b), codegen
 
