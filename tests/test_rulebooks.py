@@ -34,8 +34,9 @@ def test_jitops_paddle_names_give_paddles_answer(case):
     theirs = rb.paddle_answer(case)
     if isinstance(theirs, Exception):  # Paddle's InvalidArgument: jitops' ZeroDivisionError
         assert isinstance(ours, ZeroDivisionError)
-    elif case.jitops_keeps:
-        assert rb.show(ours) != rb.show(theirs) == "nan"
+    elif case.jitops_keeps:  # IEEE's answer, whatever this CPU makes Paddle give
+        assert rb.show(ours) == rb.show(rb.numpy_answer(case)) != "nan"
+        assert rb.show(theirs) in case.paddle_by_cpu
     else:
         assert rb.show(ours) == rb.show(theirs)
 
