@@ -225,7 +225,8 @@ def test_the_cuda_section_renders_call_and_kernel_times():
 
 
 @pytest.mark.parametrize("key", ["floordiv_i32_scalar", "floordiv_i8_scalar", "power_f32",
-                                 "greater_f32_1e4", "ov_divide_pdpd", "remainder_i32"])
+                                 "power_c128", "greater_f32_1e4", "ov_divide_pdpd",
+                                 "remainder_i32"])
 def test_the_family_rows_contenders_compute_what_jitops_computes(key):
     """Each contender of the binary-family rows (a new result each) gives jitops' answer:
     PyTorch's, Paddle's and OpenVINO's own ops."""
@@ -244,8 +245,9 @@ def test_the_family_rows_contenders_compute_what_jitops_computes(key):
             got = got.numpy()
         elif not isinstance(got, np.ndarray):
             got = np.from_dlpack(got)
-        np.testing.assert_allclose(np.asarray(got).astype(np.float64), want.astype(np.float64),
-                                   rtol=2e-6, err_msg=name)
+        dt = np.complex128 if want.dtype.kind == "c" else np.float64
+        np.testing.assert_allclose(np.asarray(got).astype(dt), want.astype(dt), rtol=2e-6,
+                                   err_msg=name)
 
 
 def _as_numpy(v):

@@ -342,6 +342,9 @@ def _family(op: str, dtype, n: int, scalar=None, torch_op: str = "", paddle_op: 
             x = rng.integers(-1000, 1000, n).astype(dtype)
             y = rng.integers(1, 50, n).astype(dtype) if op != "power" else \
                 rng.integers(0, 4, n).astype(dtype)
+        elif np.dtype(dtype).kind == "c":  # both parts random, the exponent's too
+            x = (_rand(n, np.float64, 1) + 0.5 + 1j * _rand(n, np.float64, 3)).astype(dtype)
+            y = (_rand(n, np.float64, 2) * 3 + 1j * _rand(n, np.float64, 4)).astype(dtype)
         else:
             x = _rand(n, dtype, seed=1) + np.asarray(0.5, dtype)
             y = _rand(n, dtype, seed=2) * np.asarray(3, dtype)
@@ -613,6 +616,8 @@ CASES = [
     Case("power_f32_square", "power float32 x ** 2 (one exponent: NumPy's fast path), 1e7, "
          "new result", _family("power", np.float32, 10**7, scalar=2.0, torch_op="pow",
                                paddle_op="pow"), {"numpy": 1.0}, rounds=21),
+    Case("power_c128", "power complex128, 1e6, new result (NumPy and jitops: C's cpow)",
+         _family("power", np.complex128, 10**6, torch_op="pow"), {"numpy": 1.0}, rounds=21),
     Case("greater_f32", "greater float32 -> bool, 1e7, new result",
          _family("greater", np.float32, 10**7, torch_op="gt", paddle_op="greater_than",
                  ov_op="greater"), {"numpy": 1.0}, rounds=21),
