@@ -6,31 +6,22 @@ NumPy, which calls the same C library."""
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 import pytest
 
 import jitops
 from jitops.core import catalog
 
+from .test_family import _jitops, _numpy
 from .test_values import specials
 
 pytestmark = pytest.mark.skipif(not catalog.CPOW_ABI,
                                 reason="complex power is refused off x86-64 Linux and macOS")
 
 
-def _run(f, *args, **kw):
-    """The result and the sorted set of warnings of one call."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        r = f(*args, **kw)
-    return r, sorted({str(w.message) for w in caught})
-
-
 def _as_numpy(op, x, y, **kw):
-    got, got_w = _run(getattr(jitops, op), x, y, **kw)
-    want, want_w = _run(getattr(np, op), x, y, **kw)
+    got, got_w = _jitops(op, x, y, **kw)
+    want, want_w = _numpy(op, x, y, **kw)
     assert got.dtype == want.dtype and got.shape == want.shape, (op, got.dtype, want.dtype)
     if got.tobytes() != want.tobytes():
         g = got.ravel().view(got.real.dtype).reshape(-1, 2)
@@ -83,7 +74,7 @@ def test_parallel_sizes_views_and_out():
     x = rng.standard_normal(n) + 1j * rng.standard_normal(n)
     y = np.where(rng.random(n) < 0.5, rng.integers(-5, 6, n), rng.standard_normal(n)) + 0j
     out = np.empty(n, np.complex128)[::-1]
-    got, _ = _run(jitops.power, x[::-1], y, out=out)
+    got, _ = _jitops("power", x[::-1], y, out=out)
     assert got is out
     assert out.tobytes() == np.power(x[::-1], y).tobytes()
     _as_numpy("power", x.reshape(600, 500), y[:500])  # a row broadcast

@@ -258,16 +258,15 @@ def launch_again(found: tuple, operands: tuple, out):
         return e.again(operands, out)
 
 
-def remember(found, call, mem, found_operands: tuple) -> None:
-    """Keep the launch of a call just made on ``found_operands`` (as the caller gave them),
-    where it may be made again as it was."""
+def remember(found, call, mem, operands: tuple) -> None:
+    """Keep the launch of a call just made on ``operands`` (as the caller gave them), where it
+    may be made again as it was."""
     if found is None or mem.waits or mem.read_values or len(mem.launched) != 1 \
             or (call.out is not None and call.target is not call.out):
         return
     # each operand read in place, or a scalar (keyed by its bits) uploaded: its copy is kept
-    scalars = tuple((j, a) for j, (a, v) in enumerate(zip(call.inputs, found_operands))
-                    if a is not v)
-    if any(_scalar_part(found_operands[j]) is None for j, _ in scalars):
+    scalars = tuple((j, a) for j, (a, v) in enumerate(zip(call.inputs, operands)) if a is not v)
+    if any(_scalar_part(operands[j]) is None for j, _ in scalars):
         return
     name, blocks, tpb, args = mem.launched[0]
     result = None
