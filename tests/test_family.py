@@ -487,3 +487,17 @@ def test_narrow_remainders_in_double_keep_numpys_values_and_warnings(op, dx, dy)
                     getattr(jitops, op)(xs, ys)
             else:
                 assert np.array_equal(getattr(jitops, op)(xs, ys), getattr(np, op)(xs, ys))
+
+
+@pytest.mark.parametrize("op", ["floor_divide", "remainder", "fmod", "divmod"])
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+def test_an_infinite_dividend_by_a_bool_one_gives_the_c_librarys_nan(op, dt):
+    """A bool divisor is 0.0 or 1.0, so LLVM lowers ``fmod(x, 1.0)`` inline with ``x``'s sign
+    copied onto the NaN of ``inf``: +NaN where C's fmod gives the CPU's default NaN (found as
+    float16 ``inf // True`` on an Intel Xeon with AVX-512)."""
+    x = np.array([np.inf, -np.inf, 2.5, -np.nan] * 5, dt)
+    y = np.ones(x.size, bool)
+    exp, got = _numpy(op, x, y)[0], _jitops(op, x, y)[0]
+    for e, g in zip(exp if op == "divmod" else [exp], got if op == "divmod" else [got]):
+        assert _same_bits(g, e).all(), (op, dt, g, e)
+

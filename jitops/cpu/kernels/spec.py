@@ -331,7 +331,18 @@ def _float_intrinsic(name, n, emit):
     return intrinsic(ns[name])
 
 
-_frem = _float_intrinsic("frem", 2, lambda b, a: b.frem(a[0], a[1]))
+def _emit_frem(b, a):
+    """C's ``fmod``. An infinite dividend gives the CPU's default NaN (``x - x``), as the C
+    library does: LLVM lowers ``frem`` by a divisor it knows to be a power of two (a bool
+    operand's 1.0) to ``x - trunc(x)`` with ``x``'s sign copied, +NaN for +inf."""
+    x, y = a
+    fabs = b.module.declare_intrinsic("llvm.fabs", [x.type])
+    infinite = b.fcmp_ordered("==", b.call(fabs, [x]), ir.Constant(x.type, float("inf")))
+    by_number = b.fcmp_ordered("ord", y, y)
+    return b.select(b.and_(infinite, by_number), b.fsub(x, x), b.frem(x, y))
+
+
+_frem = _float_intrinsic("frem", 2, _emit_frem)
 _floor = _float_intrinsic("floor", 1, lambda b, a: b.call(
     b.module.declare_intrinsic("llvm.floor", [a[0].type]), a))
 
