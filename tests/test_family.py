@@ -501,3 +501,17 @@ def test_an_infinite_dividend_by_a_bool_one_gives_the_c_librarys_nan(op, dt):
     for e, g in zip(exp if op == "divmod" else [exp], got if op == "divmod" else [got]):
         assert _same_bits(g, e).all(), (op, dt, g, e)
 
+
+@pytest.mark.parametrize("n", [17, 33])
+def test_copysign_into_float16_raises_no_spurious_overflow(n):
+    """LLVM narrows ``copysign(x, y)`` to float16 by narrowing ``y`` too, whose low bits it has
+    made garbage: 65504 then overflowed, one element at a time (a loop's scalar remainder) on
+    CPUs with AVX512-FP16. Every position of the largest float16, x a broadcast bool."""
+    for k in range(n):
+        y = np.zeros(n, np.float16)
+        y[k] = 65504
+        for x in (np.array(True), np.array([[True]]), np.ones(n, bool)):
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")
+                r = jitops.copysign(x, y)
+            assert _same_bits(r, np.copysign(x, y)).all()

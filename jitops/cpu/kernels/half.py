@@ -95,7 +95,13 @@ def _half_widen(builder, bits):
 
 
 def _half_narrow(builder, v):
-    return builder.bitcast(builder.fptrunc(v, ir.HalfType()), ir.IntType(16))
+    """``fptrunc`` behind ``llvm.canonicalize`` (a multiply by 1.0, which changes no value or
+    flag the narrowing would not). Without it LLVM rewrites ``fptrunc(copysign(x, y))`` to
+    narrow ``y`` too, a ``y`` whose other bits it has left as garbage: a spurious *overflow* on
+    CPUs that narrow to float16 one value at a time (AVX512-FP16)."""
+    keep = builder.module.declare_intrinsic("llvm.canonicalize", [v.type])
+    return builder.bitcast(builder.fptrunc(builder.call(keep, [v]), ir.HalfType()),
+                           ir.IntType(16))
 
 
 def _bfloat_widen(builder, bits):
