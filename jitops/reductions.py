@@ -22,7 +22,9 @@ from numba.np.numpy_support import as_dtype
 
 from .core import grads, tensors
 from .core.dtypes import compute_dtype, is_bfloat16
+from .core.pipeline import operand_names, refuse_masked
 from .core.plan import align_all, expand_strides, normalize_mode
+from .core.protocols import overrides
 from .core.reduction import accumulator, identity, plan_reduction, sum_to_frame
 from .cpu.backend import drivers, entry_point
 from .cpu.kernels import layout, nary
@@ -36,7 +38,23 @@ from .signatures import Broadcast
 _I64 = np.int64
 
 
+def _refuse_meaning(v, name: str, fname: str) -> None:
+    """A mask, labels or units are part of an operand's meaning, which a pass over its bare
+    values would drop (a masked sum, misaligned labels): refused with a TypeError, as the
+    elementwise pipeline refuses them where no protocol hands the call over."""
+    refuse_masked(v, name, fname)
+    if overrides((v,)):
+        t = type(v)
+        raise TypeError(f"jitops.{fname}: {name} is a {t.__module__}.{t.__qualname__}, which "
+                        f"decides ufuncs itself (labels, units or a mask decide what an op "
+                        f"means), and this pass would compute on its bare values; pass the "
+                        f"underlying array (pandas: .to_numpy(); xarray: .data)")
+
+
 def _host(v, name: str, fname: str) -> np.ndarray:
+    if type(v) is np.ndarray:
+        return v
+    _refuse_meaning(v, name, fname)
     if isinstance(v, np.ndarray):
         return v
     if type(v).__module__.startswith("dask"):
@@ -57,15 +75,16 @@ def _address(a: np.ndarray) -> int:
     return a.__array_interface__["data"][0]
 
 
-def _element_strides(a: np.ndarray) -> tuple[int, ...] | None:
+def _element_strides(a: np.ndarray, address: int) -> tuple[int, ...] | None:
     """``a``'s strides in elements, or None where a stride is not a whole number of them or
-    the data is misaligned for its dtype."""
+    the data (at ``address``) is misaligned for its dtype."""
     isz = a.itemsize
-    if isz == 0 or _address(a) % a.dtype.alignment:
+    if isz == 0 or address % a.dtype.alignment:
         return None
-    if any(s % isz for s in a.strides):
+    strides = a.strides
+    if any(s % isz for s in strides):
         return None
-    return tuple(s // isz for s in a.strides)
+    return tuple(s // isz for s in strides)
 
 
 def _combine(rows: np.ndarray, how: str) -> np.ndarray:
@@ -100,7 +119,7 @@ class _Launch:
     """A planned pass, kept for the next call of the same geometry: the task's address, the
     meta, and per result how it is held (:class:`_Held`)."""
 
-    __slots__ = ("task", "meta", "meta_address", "parallel", "results")
+    __slots__ = ("task", "meta", "meta_address", "parallel", "results", "size")
 
     def __init__(self, fn, key, cacheable, in_dtypes, in_strides, frames_in, space, frames,
                  hows, dtypes, lead, threads, compute, direct):
@@ -136,6 +155,7 @@ class _Launch:
         self.meta_address = _address(self.meta)
         self.task = _reduce.task_address(spec)
         self.parallel = plan.ntasks > 1 and threads > 1
+        self.size = math.prod(space)
 
 
 def _values(fn, key: str, compute: np.dtype, nin: int, nres: int):
@@ -209,11 +229,15 @@ class _Held:
     """How one result of a launch is held: reduced (into ``rows`` accumulator rows of
     ``size``) or stored; its frame, reduction and accumulator dtype."""
 
-    __slots__ = ("reduced", "frame", "rows", "size", "how", "acc")
+    __slots__ = ("reduced", "frame", "rows", "size", "how", "acc", "shape", "fill")
 
     def __init__(self, reduced, frame, rows, size, how, acc):
         self.reduced, self.frame, self.rows, self.size = reduced, frame, rows, size
         self.how, self.acc = how, acc
+        #: the accumulator rows' shape, and their identity (None: zeros)
+        self.shape = (rows, size)
+        ident = identity(how, acc) if reduced else 0
+        self.fill = None if ident == 0 else ident
 
 
 @lru_cache(maxsize=64)
@@ -246,19 +270,20 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
     OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.kernels.nary.function_key`
     of it; ``into``: per result None or the array a stored result is written into (C-order,
-    aligned, of its frame's shape and dtype, sharing no memory with an input)."""
+    aligned, of its frame's shape and dtype, sharing no memory with an input). A call of a
+    geometry seen before plans nothing (:func:`_launch_for`)."""
     if compute is None:
-        compute = compute_dtype(_common([a.dtype for a in inputs]))
-    size = 1
-    for n in space:
-        size *= n
-    ins = []
+        compute = _compute_of(tuple(a.dtype for a in inputs))
+    ins, addrs = [], []
     for a in inputs:
-        st = _element_strides(a)
+        addr = _address(a)
+        st = _element_strides(a, addr)
         if st is None:  # misaligned, or strides not whole elements: an aligned copy
             a = np.array(a, order="C", copy=True)
-            st = _element_strides(a)
+            addr = _address(a)
+            st = _element_strides(a, addr)
         ins.append((a, st))
+        addrs.append(addr)
     threads = parallel.num_threads()
     key, cacheable = key or _key_of(fn)
     try:
@@ -271,13 +296,15 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     buffers, status = [], OK
     for r, (h, dt) in enumerate(zip(launch.results, dtypes)):
         if h.reduced:
-            buffers.append(np.full((h.rows, h.size), identity(h.how, h.acc), h.acc))
+            b = np.zeros(h.shape, h.acc) if h.fill is None else np.full(h.shape, h.fill, h.acc)
         elif into is not None and into[r] is not None:
-            buffers.append(into[r])
+            b = into[r]
         else:
-            buffers.append(np.empty(h.frame, dt))
-    if size:
-        ptrs = np.array([_address(a) for a, _ in ins] + [_address(b) for b in buffers], _I64)
+            b = np.empty(h.frame, dt)
+        buffers.append(b)
+        addrs.append(_address(b))
+    if launch.size:
+        ptrs = np.array(addrs, _I64)
         args = (launch.task, _address(ptrs), launch.meta_address)
         if launch.parallel:
             status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
@@ -293,6 +320,11 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
             b = b.reshape(h.frame) if dt is None else _cast(b, dt).reshape(h.frame)
         out.append(b)
     return out, status
+
+
+@lru_cache(maxsize=256)
+def _compute_of(in_dtypes: tuple[np.dtype, ...]) -> np.dtype:
+    return compute_dtype(_common(in_dtypes))
 
 
 _SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
@@ -359,15 +391,16 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     array([8., 8., 8.])
     """
     fname = "sum_to"
-    if _on_cuda((g,), None, fname):
-        return _sum_to_cuda(g, shape, normalize_mode(broadcast), axis)
-    host = tensors.unwrap((g,), None, fname)
-    wrap = None
-    if host is not None:
-        (g,), wrap = host.operands, host.wrap
-    lazy = is_dask_array(g)
-    if not lazy:
-        g = _host(g, "g", fname)
+    wrap, lazy = None, False
+    if type(g) is not np.ndarray:  # (a plain array needs none of these checks)
+        if _on_cuda((g,), None, fname):
+            return _sum_to_cuda(g, shape, normalize_mode(broadcast), axis)
+        host = tensors.unwrap((g,), None, fname)
+        if host is not None:
+            (g,), wrap = host.operands, host.wrap
+        lazy = is_dask_array(g)
+        if not lazy:
+            g = _host(g, "g", fname)
     mode = normalize_mode(broadcast)
     shape = _shape_arg(shape, fname)
     _check_summable(g.dtype)
@@ -665,11 +698,13 @@ def normalize_hows(reduce, nres: int, fname: str) -> tuple:
     return tuple(hows)
 
 
-def _host_operand(v, fname: str):
+def _host_operand(v, name: str, fname: str):
     if isinstance(v, (bool, int, float, complex)):
         return v  # weak, NumPy 2's rules
     if is_dask_array(v):
         return v
+    if type(v) is not np.ndarray:
+        _refuse_meaning(v, name, fname)
     return np.asarray(v)
 
 
@@ -776,7 +811,7 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     wrap = None
     if host is not None:
         operands, wrap = host.operands, host.wrap
-    vals = [_host_operand(v, fname) for v in operands]
+    vals = [_host_operand(v, n, fname) for v, n in zip(operands, operand_names(len(operands)))]
     mode = normalize_mode(broadcast)
     axis = check_axis_type(axis)
     shapes = [() if isinstance(v, (bool, int, float, complex)) else tuple(v.shape)

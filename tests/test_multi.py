@@ -176,6 +176,22 @@ def test_bad_reductions_are_refused():
         jitops.reduce(ident, "max")(np.ones(3, np.complex128))
 
 
+def test_masks_and_labels_are_refused_not_dropped():
+    """A reduced or several-result user op refuses a masked array and a pandas object
+    (TypeError) instead of computing on the bare values: NumPy's masked sum leaves masked
+    values out, and two Series would be aligned by their labels first."""
+    import pandas as pd
+
+    masked = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    with pytest.raises(TypeError, match=r"operand 0 is a numpy.ma.MaskedArray"):
+        jitops.reduce(ident, "sum")(masked)
+    with pytest.raises(TypeError, match=r"y is a pandas.Series, which decides ufuncs itself"):
+        jitops.reduce(times, "sum")(np.ones(2), pd.Series([1.0, 2.0], index=[1, 0]))
+    with pytest.raises(TypeError, match=r"x is a numpy.ma.MaskedArray"):
+        jitops.elementwise(quot_rem)(masked, np.ones(3))
+    assert jitops.reduce(times, "sum")([1.0, 2.0], 3.0) == 9.0
+
+
 def test_several_results_each_with_its_dtype_and_out():
     a = np.arange(-6, 7, dtype=np.int16)
     q, r = jitops.elementwise(quot_rem)(a, np.int16(4))

@@ -303,6 +303,25 @@ def test_errors_are_clear_and_raised_before_anything_runs():
     np.testing.assert_array_equal(x, before)
 
 
+def test_masks_and_labels_are_refused_not_dropped():
+    """A masked array's mask and a pandas object's labels decide what a sum means (NumPy's
+    masked sum leaves the masked values out): sum_to and the gradients refuse them (TypeError)
+    rather than summing the bare values, as the elementwise ops do."""
+    import pandas as pd
+
+    masked = np.ma.array([1.0, 2.0, 3.0], mask=[0, 1, 0])
+    with pytest.raises(TypeError, match=r"g is a numpy.ma.MaskedArray; jitops would drop"):
+        jitops.sum_to(masked, ())
+    with pytest.raises(TypeError, match=r"y is a numpy.ma.MaskedArray"):
+        jitops.elementwise_mul_grad(np.ones(3), masked, np.ones(3))
+    with pytest.raises(TypeError, match=r"g is a pandas.Series, which decides ufuncs itself"):
+        jitops.sum_to(pd.Series([1.0, 2.0], index=["a", "b"]), ())
+    with pytest.raises(TypeError, match=r"dout is a pandas.DataFrame"):
+        jitops.elementwise_add_grad(np.ones(2), np.ones(1), pd.DataFrame({"a": [1.0, 2.0]}))
+    assert jitops.sum_to(masked.data, ()) == 6.0  # the bare values, asked for explicitly
+    assert jitops.sum_to([1.0, 2.0], ()) == 3.0  # array-likes are still read
+
+
 def test_framework_tensors_in_and_out():
     x = torch.ones((2, 3))
     g = jitops.sum_to(x, (3,))
