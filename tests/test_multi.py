@@ -192,6 +192,30 @@ def test_masks_and_labels_are_refused_not_dropped():
     assert jitops.reduce(times, "sum")([1.0, 2.0], 3.0) == 9.0
 
 
+def test_outs_that_share_memory_are_refused_interleaved_ones_taken():
+    """Two results written into overlapping arrays: which one an element keeps is defined
+    nowhere (NumPy's answer depends on its buffering), so it is refused before anything is
+    written; views that interleave without sharing an element are fine; a masked out=
+    is refused as a masked input is."""
+    x, y = np.arange(-10.0, 10.0), np.full(20, 3.0)
+    f = jitops.elementwise(quot_rem)
+    for outs in (lambda b: (b, b), lambda b: (b[::-1], b), lambda b: (b[:15], b[5:])):
+        b = np.zeros(20)
+        o = outs(b)
+        n = o[0].size
+        with pytest.raises(ValueError, match=r"out\[0\] and out\[1\] share memory"):
+            f(x[:n], y[:n], out=o)
+        assert not b.any()
+    with pytest.raises(ValueError, match=r"share memory"):
+        jitops.divmod(x, y, out=(x, x))
+    b = np.zeros(20)
+    q, r = f(x[:10], y[:10], out=(b[::2], b[1::2]))
+    np.testing.assert_array_equal(b[::2], x[:10] // 3)
+    np.testing.assert_array_equal(b[1::2], x[:10] % 3)
+    with pytest.raises(TypeError, match=r"out\[1\] is a numpy.ma.MaskedArray"):
+        f(x, y, out=(None, np.ma.zeros(20)))
+
+
 def test_several_results_each_with_its_dtype_and_out():
     a = np.arange(-6, 7, dtype=np.int16)
     q, r = jitops.elementwise(quot_rem)(a, np.int16(4))

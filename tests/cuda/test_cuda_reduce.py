@@ -203,6 +203,9 @@ def test_out_entries_are_written(rng):
     r0, r1 = pair(da, out=(da, None))  # out is the operand: computed apart, then copied
     assert r0 is da
     close(host(da), w0)
+    two = jitops.elementwise(lambda v: (v * 2.0, v + 1.0))
+    with pytest.raises(ValueError, match=r"out\[0\] and out\[1\] share memory"):
+        two(da, out=(o0, o0))  # which result an element keeps would not be defined
 
 
 def test_magic_and_int64_indexing_agree(monkeypatch, rng):
