@@ -708,6 +708,19 @@ def _host_operand(v, name: str, fname: str):
     return np.asarray(v)
 
 
+#: A weak Python scalar in a settling's key, by its type (a name: ``np.dtype("int64") == int``
+#: and ``0 == 0.0 == False``), and the value standing in for it (NumPy 2 promotes it by type).
+_WEAK = {bool: "weak bool", int: "weak int", float: "weak float", complex: "weak complex"}
+_WEAK_STANDIN = {"weak bool": False, "weak int": 0, "weak float": 0.0, "weak complex": 0j}
+
+
+def _kind(v) -> np.dtype | str:
+    """An operand as its settling's key sees it: a dtype, or a weak Python scalar's name."""
+    if isinstance(v, (bool, int, float, complex)) and not isinstance(v, np.generic):
+        return next(name for t, name in _WEAK.items() if isinstance(v, t))
+    return np.dtype(v.dtype)
+
+
 class _Settled:
     """A call of several results settled on the full shapes (before anything runs): the
     compute dtype, the broadcast space and each input's frame, and per result its frame,
@@ -717,23 +730,20 @@ class _Settled:
     __slots__ = ("common", "compute", "space", "frames_in", "hows", "frames", "kernel_hows",
                  "kernel_dtypes", "final", "shapes", "axes", "count")
 
-    def __init__(self, op, vals, shapes, mode: str, axis: int, fname: str):
+    def __init__(self, op, kinds, shapes, mode: str, axis: int, fname: str):
         from .core.dtypes import check_dtype, user_result
 
-        kinds = []
-        for v in vals:
-            if not isinstance(v, (bool, int, float, complex)):
-                check_dtype(np.dtype(v.dtype), "an operand", fname)
-                kinds.append(np.dtype(v.dtype))
-            else:
-                kinds.append(v)
-        self.common = common = _common(kinds)
+        for k in kinds:
+            if isinstance(k, np.dtype):
+                check_dtype(k, "an operand", fname)
+        self.common = common = _common([_WEAK_STANDIN[k] if isinstance(k, str) else k
+                                         for k in kinds])
         check_dtype(common, "the operands' common dtype", fname)
         self.compute = compute_dtype(common)
-        if len(vals) > MAX_INPUTS:
+        if len(kinds) > MAX_INPUTS:
             raise TypeError(f"jitops.{fname}: a function of several results, or with "
                             f"reduce=, takes at most {MAX_INPUTS} inputs, got "
-                            f"{len(vals)}")
+                            f"{len(kinds)}")
         returned = op.returns(self.compute, fname)
         if len(returned) > MAX_RESULTS:
             raise TypeError(f"jitops.{fname}: the function returns {len(returned)} values; at "
@@ -768,6 +778,13 @@ class _Settled:
             self.shapes.append(self.frames[-1] if op.keepdims else
                                tuple(n for d, n in enumerate(space) if d not in axes))
 
+    @staticmethod
+    def of(op, vals, shapes, mode: str, axis: int, fname: str) -> _Settled:
+        """The settling of a call (memoised: it reads only the operands' dtypes, or a weak
+        scalar's type, and their shapes, never a value)."""
+        kinds = tuple(_kind(v) for v in vals)
+        return _settled(op, kinds, tuple(tuple(sh) for sh in shapes), mode, axis, fname)
+
     def warn_empty_means(self) -> None:
         """NumPy's warning for a mean of nothing (its 0/0 then warns *invalid* as NumPy's)."""
         if self.count == 0 and "mean" in self.hows:
@@ -796,6 +813,11 @@ class _Settled:
         return done
 
 
+@lru_cache(maxsize=512)
+def _settled(op, kinds, shapes, mode, axis, fname) -> _Settled:
+    return _Settled(op, kinds, shapes, mode, axis, fname)
+
+
 def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     """A user op (jitops.fusion.ElementwiseOp) whose function returns several values, or
     whose results are reduced (``op.reduce``, over ``op.axes``): one pass over the
@@ -805,13 +827,18 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     from .core.plan import check_axis_type
 
     fname = op.__name__
-    if _on_cuda(operands, device, fname):
-        return _several_cuda(op, operands, broadcast, axis, out, device)
-    host = tensors.unwrap(operands, None, fname)
     wrap = None
-    if host is not None:
-        operands, wrap = host.operands, host.wrap
-    vals = [_host_operand(v, n, fname) for v, n in zip(operands, operand_names(len(operands)))]
+    # (plain operands need none of the device, tensor, Dask and meaning checks)
+    if device is None and all(type(v) is np.ndarray or type(v) in _WEAK for v in operands):
+        vals = list(operands)
+    else:
+        if _on_cuda(operands, device, fname):
+            return _several_cuda(op, operands, broadcast, axis, out, device)
+        host = tensors.unwrap(operands, None, fname)
+        if host is not None:
+            operands, wrap = host.operands, host.wrap
+        vals = [_host_operand(v, n, fname)
+                for v, n in zip(operands, operand_names(len(operands)))]
     mode = normalize_mode(broadcast)
     axis = check_axis_type(axis)
     shapes = [() if isinstance(v, (bool, int, float, complex)) else tuple(v.shape)
@@ -821,7 +848,7 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
             raise TypeError(f"jitops.{fname}: out= is not supported with Dask inputs (the "
                             f"results are new lazy Dask arrays)")
         return _several_lazy(op, vals, shapes, mode, axis, fname)
-    st = _Settled(op, vals, shapes, mode, axis, fname)
+    st = _Settled.of(op, vals, shapes, mode, axis, fname)
     inputs = [v if isinstance(v, np.ndarray) else np.asarray(v, st.common) for v in vals]
     outs = _check_outs(out, st.shapes, st.final, len(st.hows), fname)
     lead = max(range(len(inputs)), key=lambda i: inputs[i].size)
@@ -868,7 +895,7 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
             h = np.asarray(v)
             vals.append(h)
             shapes.append(h.shape)
-    st = _Settled(op, vals, shapes, normalize_mode(broadcast), check_axis_type(axis), fname)
+    st = _Settled.of(op, vals, shapes, normalize_mode(broadcast), check_axis_type(axis), fname)
     ins = [np.asarray(v, st.common) if isinstance(v, (bool, int, float, complex)) else v
            for v in operands]
     results = [Result(kh, None, dt if kh == "store" else fd, shape,
@@ -948,7 +975,7 @@ def _several_lazy(op, vals, shapes, mode: str, axis: int, fname: str):
 
     import dask.array as da
 
-    st = _Settled(op, vals, shapes, mode, axis, fname)
+    st = _Settled.of(op, vals, shapes, mode, axis, fname)
     st.warn_empty_means()
     framed = []
     for v, s, f in zip(vals, shapes, st.frames_in):

@@ -216,6 +216,23 @@ def test_outs_that_share_memory_are_refused_interleaved_ones_taken():
         f(x, y, out=(None, np.ma.zeros(20)))
 
 
+def test_a_repeat_settles_by_dtypes_and_scalar_types_not_values():
+    """A call's settling (dtypes, frames) is remembered by the operands' dtypes, a weak
+    scalar's Python type and the shapes: calls alternating those get NumPy's dtypes each
+    time, and a value out of range still raises NumPy's OverflowError."""
+    f = jitops.elementwise(lambda a, b: (a + b, a * b))
+    x = np.arange(-3, 3, dtype=np.int8)
+    for y in (3, 3.5, np.float32(3.5), True, 2j, np.int64(3), 3, x.astype(np.float16), 3.5):
+        got = f(x, y)
+        want = (np.add(x, y), np.multiply(x, y))
+        for g, w in zip(got, want):
+            assert g.dtype == w.dtype, (y, g.dtype, w.dtype)
+            np.testing.assert_array_equal(g, w)
+    with pytest.raises(OverflowError, match="300 out of bounds for int8"):
+        f(x, 300)
+    assert f(x, 3)[0].dtype == np.int8
+
+
 def test_several_results_each_with_its_dtype_and_out():
     a = np.arange(-6, 7, dtype=np.int16)
     q, r = jitops.elementwise(quot_rem)(a, np.int16(4))
