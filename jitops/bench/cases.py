@@ -405,6 +405,28 @@ def _sum_to_channels():
     return c, g.nbytes
 
 
+def _sum_to_bias():
+    """A (256, 64) gradient summed to its (64,) bias, a call whose fixed cost shows: sum_to
+    against each library's sum over axis 0."""
+    g = _rand((256, 64), seed=11)
+    c = {"jitops": lambda: jitops.sum_to(g, (64,)), "numpy": lambda: g.sum(axis=0)}
+    if torch is not None:
+        (tg,) = _t(g)
+        c["torch"] = lambda: tg.sum(dim=0)
+    return c, g.nbytes
+
+
+def _divmod_small():
+    """``divmod`` of two 1e3 float32 arrays: one pass, two results (jitops.divmod), against
+    NumPy's ufunc and PyTorch's two ops."""
+    x, y = _rand(1000, seed=12) * 100, _rand(1000, seed=13) + np.float32(0.5)
+    c = {"jitops": lambda: jitops.divmod(x, y), "numpy": lambda: np.divmod(x, y)}
+    if torch is not None:
+        tx, ty = _t(x, y)
+        c["torch"] = lambda: (torch.floor_divide(tx, ty), torch.remainder(tx, ty))
+    return c, 4 * x.nbytes
+
+
 def _grad_channels(op: str):
     """``elementwise_<op>_grad`` of X(32,64,56,56) and a per-channel Y(64,) (pdpd axis 1):
     dx written, dy summed, in one pass; against Paddle's own backward (``paddle.grad``
@@ -630,6 +652,10 @@ CASES = [
          rounds=21),
     Case("sum_to_channels", "sum_to X(32,64,56,56) -> (64,) (pdpd axis 1; others: sum over "
          "axes 0, 2, 3)", _sum_to_channels, {"numpy": 1.5, "torch": 1.0}, rounds=21),
+    Case("sum_to_bias", "sum_to X(256,64) -> (64,) (others: sum over axis 0)",
+         _sum_to_bias, {"numpy": 1.0}),
+    Case("divmod_1e3", "divmod float32, 1e3, two new results (one pass)", _divmod_small,
+         {"numpy": 1.0}),
     Case("add_grad_channels", "elementwise_add_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",
          functools.partial(_grad_channels, "add"), {"paddle": 1.5}, rounds=21),
     Case("mul_grad_channels", "elementwise_mul_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",
