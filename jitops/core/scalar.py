@@ -403,25 +403,22 @@ def _floor_divide_narrow(bits):
     distance from one above the rounding of a division of that width (2**-22 for double
     and 32 bits, 2**-9 for float and 16), so its floor is exact, and a loop of it vectorises
     (x86 has no vector integer division). NumPy's flags come from arithmetic done on every
-    element: ``1 / b`` raises *divide* for a zero divisor only (the result is 0), the
+    element: the one division divides 1 by a zero divisor (inf, *divide*; the result is 0), the
     dividend times the largest power of ten (else 0) *overflow* for minimum // -1 only (the
-    result is the minimum: 2**(bits-1) less 2**bits, so that no conversion sees a value out
-    of range)."""
+    result is the minimum: 2**(bits-1) less 2**bits)."""
     wide = single if bits <= 16 else double
     top, huge = wide(2.0 ** (bits - 1)), wide(1e38 if bits <= 16 else 1e308)
-    zero_w, one_w, three_w = wide(0.0), wide(1.0), wide(3.0)
+    zero_w, one_w = wide(0.0), wide(1.0)
 
     def floor_divide_narrow(a, b, T):
         zero = b == T(0)
-        # a zero divisor divides by 1 (b | 1: no select, whose arm the compiler would divide
-        # by b in every lane)
-        q = floor_f(wide(a) / wide(b | T(zero)))
-        if one_w / wide(b) == three_w:  # never (b is an integer): keeps the *divide* of 0
+        # one division: a zero divisor divides 1 (inf, and NumPy's *divide*; the result is 0)
+        q = floor_f(wide(T(1) if zero else a) / wide(b))
+        if wide(a) * (huge if q == top else zero_w) == one_w:  # never: keeps the *overflow*
             q = zero_w
-        over = q == top
-        if wide(a) * (huge if over else zero_w) == one_w:  # never: keeps the *overflow*
-            q = zero_w
-        q = q - (top + top if over else zero_w)
+        # minimum // -1 (top) and the zero divisor's inf both become the minimum: no
+        # conversion sees a value out of range, should the compiler convert before the select
+        q = min(q, top) - (top + top if q >= top else zero_w)
         return T(zero_w if zero else q)
 
     return floor_divide_narrow
