@@ -431,14 +431,17 @@ def _remainder_narrow(dividend_sign: bool):
     """NumPy's integer ``remainder`` (the divisor's sign) or, ``dividend_sign``, ``fmod`` (the
     dividend's), of integers of at most 32 bits, in double, as :func:`_floor_divide_narrow`:
     ``a - floor(a / b) * b`` is exact (the floored quotient is, and every product and
-    difference stays below 2**33); 0 with *divide* for a zero divisor, from ``1 / b`` kept by
-    a comparison the compiler cannot decide; no flag for minimum % -1 (its remainder is 0)."""
+    difference stays below 2**33); 0 with *divide* for a zero divisor, whose division is of
+    1 (:func:`_floor_divide_narrow`); no flag for minimum % -1 (its remainder is 0)."""
+    bound = 2.0 ** 33
+
     def remainder_narrow(a, b, T):
         zero = b == T(0)
-        d = double(b | T(zero))
-        r = double(a) - floor_f(double(a) / d) * d
-        if 1.0 / double(b) == 3.0:  # never (b is an integer): keeps the *divide* of b == 0
-            r = 1.0
+        d = double(b)
+        # one division: a zero divisor divides 1 (inf: NumPy's *divide*), its quotient then
+        # bounded (times d == 0 it takes nothing from a; the result is 0)
+        q = min(floor_f(double(T(1) if zero else a) / d), bound)
+        r = double(a) - q * d
         if dividend_sign and r != 0.0 and (r < 0.0) != (double(a) < 0.0):
             r = r - d
         return T(0.0 if zero else r)
