@@ -913,7 +913,7 @@ def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
 def _check_cuda_outs(mem, out, st: _Settled, fname: str):
     """``out`` as one entry per result (None: a new array), each checked as a single-result
     call's ``out`` is (jitops.core.pipeline.check_out) before anything runs."""
-    from .core.pipeline import byte_extent, check_out
+    from .core.pipeline import check_out, overlaps
 
     if out is None:
         return None
@@ -924,14 +924,8 @@ def _check_cuda_outs(mem, out, st: _Settled, fname: str):
     for i, (o, shape, dt) in enumerate(zip(outs, st.shapes, st.final)):
         if o is not None:
             check_out(mem, o, tuple(shape), dt, f"{fname} (out[{i}])")
-    spans = [(i, byte_extent(mem.address(o), mem.shape(o), mem.strides(o),
-                             mem.dtype(o).itemsize)) for i, o in enumerate(outs) if o is not None]
-    for k, (i, (lo, hi)) in enumerate(spans):  # (byte ranges: interleaved views refused too)
-        for j, (lo2, hi2) in spans[k + 1:]:
-            if lo < hi2 and lo2 < hi:
-                raise ValueError(f"jitops.{fname}: out[{i}] and out[{j}] share memory, so "
-                                 f"which result an element ends up holding would not be "
-                                 f"defined; pass separate arrays")
+    # (byte ranges: interleaved views are refused too)
+    _refuse_shared(outs, lambda a, b: overlaps(mem, a, b), fname)
     return outs
 
 
@@ -1043,14 +1037,20 @@ def _check_outs(out, shapes, dtypes, nres: int, fname: str):
         refuse_masked(o, f"out[{i}]", fname)
         if not o.flags.writeable:
             raise ValueError(f"jitops.{fname}: out[{i}] is read-only")
+    _refuse_shared(outs, _overlap, fname)
+    return outs
+
+
+def _refuse_shared(outs, overlap, fname: str) -> None:
+    """ValueError where two ``out`` entries share memory (``overlap(a, b)``): which result
+    an element would end up holding is defined nowhere."""
     given = [(i, o) for i, o in enumerate(outs) if o is not None]
     for k, (i, a) in enumerate(given):
         for j, b in given[k + 1:]:
-            if _overlap(a, b):
+            if overlap(a, b):
                 raise ValueError(f"jitops.{fname}: out[{i}] and out[{j}] share memory, so "
                                  f"which result an element ends up holding would not be "
                                  f"defined; pass separate arrays")
-    return outs
 
 
 def _overlap(a: np.ndarray, b: np.ndarray) -> bool:
