@@ -21,6 +21,7 @@ from .core.dtypes import check_dtype, user_result
 from .cpu.kernels import nary
 from .cpu.repeat.memo import Memo
 from .dispatch import call_user
+from .reductions import call_several
 from .signatures import Broadcast, Device
 
 
@@ -163,8 +164,6 @@ class ElementwiseOp:
                 return call_user(op, operands, broadcast, axis, out, device)
             except _Several as e:  # (raised while typing, before anything is written)
                 op.nout = self.nout = e.n
-        from .reductions import call_several
-
         return call_several(op, operands, broadcast, axis, out, device)
 
     def result_dtype(self, common: np.dtype, compute: np.dtype, fname: str) -> np.dtype:

@@ -22,14 +22,15 @@ from numba.np.numpy_support import as_dtype
 
 from .core import grads, tensors
 from .core.dtypes import compute_dtype, is_bfloat16
+from .core.errstate import report
 from .core.pipeline import operand_names, refuse_masked
-from .core.plan import align_all, expand_strides, normalize_mode
+from .core.plan import align_all, check_axis_type, expand_strides, normalize_mode
 from .core.protocols import overrides
 from .core.reduction import accumulator, identity, plan_reduction, sum_to_frame
 from .cpu.backend import drivers, entry_point
 from .cpu.kernels import layout, nary
 from .cpu.kernels import reduce as _reduce
-from .cpu.kernels.binary import FP_RAISED, OK
+from .cpu.kernels.binary import FP_RAISED, OK, data_address
 from .cpu.kernels.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
 from .cpu.threads import parallel
 from .dask.backend import is_dask_array
@@ -71,20 +72,15 @@ def _common(kinds) -> np.dtype:
     return np.result_type(*kinds)
 
 
-def _address(a: np.ndarray) -> int:
-    return a.__array_interface__["data"][0]
+_address = data_address
 
 
-def _element_strides(a: np.ndarray, address: int) -> tuple[int, ...] | None:
-    """``a``'s strides in elements, or None where a stride is not a whole number of them or
-    the data (at ``address``) is misaligned for its dtype."""
-    isz = a.itemsize
-    if isz == 0 or address % a.dtype.alignment:
+@lru_cache(maxsize=1024)
+def _in_elements(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
+    """Byte ``strides`` in elements, or None where one is not a whole number of them."""
+    if itemsize == 0 or any(s % itemsize for s in strides):
         return None
-    strides = a.strides
-    if any(s % isz for s in strides):
-        return None
-    return tuple(s // isz for s in strides)
+    return tuple(s // itemsize for s in strides)
 
 
 def _combine(rows: np.ndarray, how: str) -> np.ndarray:
@@ -274,21 +270,19 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     geometry seen before plans nothing (:func:`_launch_for`)."""
     if compute is None:
         compute = _compute_of(tuple(a.dtype for a in inputs))
-    ins, addrs = [], []
+    dts, geos, addrs = [], [], []
     for a in inputs:
-        addr = _address(a)
-        st = _element_strides(a, addr)
+        st = _in_elements(a.strides, a.itemsize) if a.flags.aligned else None
         if st is None:  # misaligned, or strides not whole elements: an aligned copy
             a = np.array(a, order="C", copy=True)
-            addr = _address(a)
-            st = _element_strides(a, addr)
-        ins.append((a, st))
-        addrs.append(addr)
+            st = _in_elements(a.strides, a.itemsize)
+        dts.append(a.dtype)
+        geos.append((a.shape, st))
+        addrs.append(_address(a))
     threads = parallel.num_threads()
     key, cacheable = key or _key_of(fn)
     try:
-        launch = _launch_for(fn, key, cacheable, tuple(a.dtype for a, _ in ins),
-                             tuple((a.shape, st) for a, st in ins), tuple(frames_in),
+        launch = _launch_for(fn, key, cacheable, tuple(dts), tuple(geos), tuple(frames_in),
                              tuple(space), tuple(frames), tuple(hows), tuple(dtypes), lead,
                              threads, compute, direct)
     except ValueError as e:
@@ -823,13 +817,11 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     whose results are reduced (``op.reduce``, over ``op.axes``): one pass over the
     operands, each result stored or reduced (jitops.cpu.kernels.reduce); Dask operands chunk by
     chunk (:func:`_several_lazy`)."""
-    from .core.errstate import report
-    from .core.plan import check_axis_type
-
     fname = op.__name__
     wrap = None
     # (plain operands need none of the device, tensor, Dask and meaning checks)
-    if device is None and all(type(v) is np.ndarray or type(v) in _WEAK for v in operands):
+    plain = device is None and all(type(v) is np.ndarray or type(v) in _WEAK for v in operands)
+    if plain:
         vals = list(operands)
     else:
         if _on_cuda(operands, device, fname):
@@ -843,7 +835,7 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     axis = check_axis_type(axis)
     shapes = [() if isinstance(v, (bool, int, float, complex)) else tuple(v.shape)
               for v in vals]
-    if any(is_dask_array(v) for v in vals):
+    if not plain and any(is_dask_array(v) for v in vals):
         if out is not None:
             raise TypeError(f"jitops.{fname}: out= is not supported with Dask inputs (the "
                             f"results are new lazy Dask arrays)")
@@ -873,7 +865,6 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
 
 
 def _several_cuda(op, operands: tuple, broadcast, axis: int, out, device):
-    from .core.plan import check_axis_type
     from .cuda.backend import CudaMemory
     from .cuda.reduce import Result
 
@@ -945,8 +936,6 @@ def _chunk_of(op, fname: str, hows: tuple, kernel_dtypes: tuple, axes: tuple, co
     broadcasting): the results of those blocks, a reduced one as its accumulator's partial
     (1 on the reduced axes)."""
     def chunk(*blocks):
-        from .core.errstate import report
-
         space, frames_in = align_all([b.shape for b in blocks], "numpy", -1)
         frames = [tuple(space) if h == "store" else
                   tuple(1 if d in axes else n for d, n in enumerate(space)) for h in hows]

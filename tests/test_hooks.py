@@ -52,6 +52,14 @@ _CHECK = """
             assert np.array_equal(jitops.subtract(a, a[::-1].copy()), a - a[::-1])
             assert np.array_equal(jitops.multiply(a, 2.5), a * 2.5)
             assert np.array_equal(jitops.add(X[:n % 47 + 1], Y), X[:n % 47 + 1] + Y)
+        # reductions read their operands' data addresses (the header's word, or NumPy's)
+        assert np.array_equal(jitops.sum_to(X[1:, 3:], (497,)),
+                              X[1:, 3:].sum(axis=0, dtype=np.float64).astype(np.float32))
+        assert np.array_equal(jitops.sum_to(T.T, (700,)),
+                              T.T.sum(axis=0, dtype=np.float64).astype(np.float32))
+        q, r = jitops.divmod(X[:7, ::3], Y[::3] + 3)
+        assert np.array_equal(q, X[:7, ::3] // (Y[::3] + 3))
+        assert np.array_equal(r, X[:7, ::3] % (Y[::3] + 3))
     print(hooks.status()[NAME])
 """
 
@@ -67,3 +75,25 @@ def test_each_hook_forced_off_still_gives_numpys_answers(name, tmp_path):
     assert res.returncode == 0, res.stderr[-3000:]
     assert res.stdout.strip() == "turned off by JITOPS_DISABLE_HOOKS"
     assert res.stderr.count(f"jitops: {name} is unavailable") == 1, res.stderr[-2000:]
+
+
+def test_data_address_is_numpys_for_every_kind_of_array(tmp_path):
+    """jitops.cpu.kernels.binary.data_address (the header's data word where ``ndarray_header``
+    holds) gives the address NumPy's interface gives: views, offsets, transposes, reversed,
+    0-d, empty, read-only, byte-swapped, subclasses, memory maps."""
+    import numpy as np
+
+    from jitops.cpu.kernels.binary import DATA_OFFSET, data_address
+
+    if sys.platform.startswith("linux") and os.environ.get("JITOPS_DISABLE_HOOKS") is None:
+        assert DATA_OFFSET >= 0  # (the header's word is what is tested here)
+    base = np.arange(60.0).reshape(3, 4, 5)
+    ro = base[1:].view()
+    ro.flags.writeable = False
+    mm = np.lib.format.open_memmap(tmp_path / "m.npy", mode="w+", dtype=np.int16, shape=(9,))
+    arrays = [base, base[1:, 2:, 3:], base.T, base[::-1], base[..., ::-2], np.float32(3) * 1,
+              np.zeros(()), np.empty((0, 3)), ro, base.astype(">f8"), np.matrix([[1, 2]]),
+              mm[2:], np.frombuffer(bytearray(17), np.uint8, 5, 3)]
+    for a in arrays:
+        a = np.asarray(a) if not isinstance(a, np.ndarray) else a
+        assert data_address(a) == a.__array_interface__["data"][0], type(a)

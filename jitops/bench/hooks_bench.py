@@ -39,6 +39,8 @@ else:
     a8, b8, o8 = np.arange(8.0), np.arange(8.0) + 1, np.empty(8)
     out["repeat_8_out"] = best(lambda: jitops.subtract(a8, b8, out=o8), 20000)
     out["repeat_8_new"] = best(lambda: jitops.subtract(a8, b8), 20000)
+    g = np.ones((256, 64), np.float32)
+    out["sum_to_small"] = best(lambda: jitops.sum_to(g, (64,)), 5000)
     rng = random.Random(1)
     pairs = [np.ones(rng.randint(100, 5000), np.float32) for _ in range(2000)]
     def vary():
@@ -86,7 +88,7 @@ HOOKS: dict[str, tuple[str, tuple[str, ...]]] = {
     "futex_pool": ("calls", ("after_2ms_idle",)),
     "gomp_team": ("torch", ("with_torch_op",)),
     "refcounts": ("calls", ("large_new_result",)),
-    "ndarray_header": ("calls", ("repeat_8_out", "repeat_8_new")),
+    "ndarray_header": ("calls", ("repeat_8_out", "repeat_8_new", "sum_to_small")),
     "fastcall": ("calls", ("repeat_8_out", "repeat_8_new", "new_shape")),
 }
 
@@ -94,6 +96,7 @@ LABELS = {"first_call": "first call", "after_2ms_idle": "1e6 `out=` after 2 ms i
           "with_torch_op": "a PyTorch op, then a 1e6 `out=` (the pair)",
           "large_new_result": "1e7 new result", "repeat_8_out": "repeated 8, `out=`",
           "repeat_8_new": "repeated 8, new result",
+          "sum_to_small": "`sum_to` (256, 64) -> (64,)",
           "new_shape": "a new length (100-5,000) each call"}
 
 

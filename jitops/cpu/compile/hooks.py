@@ -47,8 +47,9 @@ hook                  relies on, and what it buys                 without it
                       result
 ``ndarray_header``    CPython's and NumPy's ``PyArrayObject``      data addresses given by Python;
                       layout (data, flags, shape, strides,         repeats found by their geometry
-                      dtype read by the kernels): a repeated       (the keyed memo), no compiled
-                      small call                                   entry
+                      dtype read by the kernels; the data word     (the keyed memo), no compiled
+                      read by ``data_address``): a repeated        entry; reductions read
+                      small call, a small reduction                ``__array_interface__``
 ``numba_cache``       Numba's cache classes (``_CacheLocator``,    no disk cache: every process
                       ``IndexDataCacheFile``, ...): a new          compiles
                       process's first call

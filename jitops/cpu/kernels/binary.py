@@ -15,6 +15,7 @@ never multiply signatures.
 
 from __future__ import annotations
 
+import ctypes
 from types import FunctionType
 
 import numpy as np
@@ -203,6 +204,16 @@ FLAGS_OFFSET = _HEADER[1] if _HEADER else -1
 HEADER_OFFSETS = _HEADER[2] if _HEADER else None
 #: NumPy's NPY_ARRAY_WRITEABLE flag bit.
 WRITEABLE = 0x0400
+_WORD_AT = ctypes.c_ssize_t.from_address
+
+
+def data_address(a: np.ndarray) -> int:
+    """The address of ndarray ``a``'s data: its header's data word (``ndarray_header``: 0.1 µs),
+    else NumPy's ``__array_interface__`` (0.9 µs)."""
+    if DATA_OFFSET >= 0:
+        return _WORD_AT(id(a) + DATA_OFFSET).value
+    return a.__array_interface__["data"][0]
+
 
 
 #: Blocks of a long row start a multiple of this many elements apart: whole cache lines (64
