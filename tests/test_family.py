@@ -515,3 +515,33 @@ def test_copysign_into_float16_raises_no_spurious_overflow(n):
                 warnings.simplefilter("error")
                 r = jitops.copysign(x, y)
             assert _same_bits(r, np.copysign(x, y)).all()
+
+
+@pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("op", ["remainder", "divmod", "elementwise_mod"])
+def test_a_remainder_of_one_sign_near_the_largest_value_raises_nothing(op, dt):
+    """``x % y`` adds ``y`` only where the signs differ, but LLVM computed that branch's
+    ``mod + y`` for every element: where both had one sign near the largest value the unused
+    sum overflowed, a warning NumPy does not give (an error under ``np.errstate(over=
+    "raise")``) on exact answers."""
+    big = float(np.finfo(dt).max)
+    x = np.array([big / 2, -big / 2, 1.0, -big / 3] * 9, dt)
+    y = np.array([big, -big, 3.0, -big] * 9, dt)
+    with np.errstate(all="raise"):
+        got = getattr(jitops, op)(x, y)
+    exp = np.divmod(x, y) if op == "divmod" else np.remainder(x, y)
+    for g, e in zip(got if op == "divmod" else [got], exp if op == "divmod" else [exp]):
+        assert _same_bits(g, e).all()
+
+
+@pytest.mark.parametrize("dt", ["float32", "float64"])
+def test_fmod_of_a_signalling_nan_dividend_is_quieted_as_numpys(dt):
+    """NumPy's fmod gives the dividend's NaN, quieted by C's arithmetic with *invalid*; it was
+    passed through with its signalling bit."""
+    u = np.uint32 if dt == "float32" else np.uint64
+    snan = np.array([0x7FA27D5B, 0xFF89F1FE] if dt == "float32" else
+                    [0x7FF4000000000001, 0xFFF0000000C0FFEE], u).view(dt)
+    x = np.tile(np.concatenate([snan, np.array([np.nan, 5.0], dt)]), 9)
+    y = np.tile(np.array([2.0, np.nan, 0.5, 3.0], dt), 9)
+    (exp, exp_w), (got, got_w) = _numpy("fmod", x, y), _jitops("fmod", x, y)
+    assert _same_bits(got, exp).all() and got_w == exp_w

@@ -197,6 +197,11 @@ def fmod_c(a, b):
     return math.fmod(a, b)
 
 
+def quiet_f(a):
+    """``a``, a signalling NaN quieted (*invalid* raised) as C's arithmetic on it does."""
+    return a
+
+
 def floor_f(a):
     """``floor`` in ``a``'s own float type (Python's ``math.floor`` gives an int)."""
     return float(math.floor(a)) if math.isfinite(a) else a
@@ -493,14 +498,23 @@ def negative(v, T):
     return v == v and v != T(0) and T(math.copysign(T(1), v)) < T(0)
 
 
+def _plus_if(flip, mod, b, T):
+    """``mod + b`` where ``flip``, else ``mod`` (nonzero) plus its own signed zero: LLVM
+    computes a branch's ``mod + b`` whether taken or not, and where ``mod`` and ``b`` have one
+    sign (not taken) that sum may overflow, a warning NumPy does not give. ``mod * 0`` is no
+    constant LLVM could fold the select away with."""
+    return mod + (b if flip else mod * T(0))
+
+
 def _divmod_float(a, b, T):
     """NumPy's ``npy_divmod``: the floored quotient and Python's remainder, from ``fmod``;
     its quiet comparisons (``isless``, ``isgreater``) as :func:`negative`."""
     mod = T(fmod_c(a, b))
     div = (a - mod) / b
     if mod != T(0):  # (NaN included, as C's ``if (mod)``)
-        if negative(b, T) != negative(mod, T):
-            mod = mod + b
+        flip = negative(b, T) != negative(mod, T)
+        mod = _plus_if(flip, mod, b, T)
+        if flip:
             div = div - T(1)
     else:
         mod = T(math.copysign(T(0), b))
@@ -528,8 +542,8 @@ def remainder_float(a, b, T):
 
 
 def fmod_float(a, b, T):
-    if a != a:  # NumPy's fmod gives the dividend's NaN where both are NaN
-        return a
+    if a != a:  # NumPy's fmod gives the dividend's NaN where both are NaN (quieted)
+        return quiet_f(a)
     return T(fmod_c(a, b))
 
 
@@ -580,8 +594,8 @@ def paddle_remainder_float(a, b, T):
     """Python's remainder from ``fmod``, but a zero keeps the dividend's sign (``-6 % 3`` is
     -0.0, NumPy's +0.0); NaN for a zero divisor."""
     mod = T(fmod_c(a, b))
-    if mod != T(0) and negative(b, T) != negative(mod, T):
-        mod = mod + b
+    if mod != T(0):
+        mod = _plus_if(negative(b, T) != negative(mod, T), mod, b, T)
     return mod
 
 
@@ -927,8 +941,8 @@ def returning(fn):
 #: Table functions that other table functions call: each backend compiles them as functions
 #: of their own (a compiled function finds a plain Python one it calls by an overload of
 #: :func:`returning`'s).
-HELPERS = (negative, pow_cast, _divmod_float, order_mixed, less_complex, less_equal_complex,
-           gcd_signed, gcd_unsigned, complex_multiply, _reciprocal_complex)
+HELPERS = (negative, pow_cast, _plus_if, _divmod_float, order_mixed, less_complex,
+           less_equal_complex, gcd_signed, gcd_unsigned, complex_multiply, _reciprocal_complex)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right
 for _f in (paddle_floor_divide_signed, paddle_remainder_float):

@@ -328,6 +328,10 @@ if not SIMULATOR:
     def _ov_fmod(a, b):
         return lambda a, b: math.fmod(a, b)
 
+    @_ext.overload(_scalar.quiet_f, target="cuda")
+    def _ov_quiet(a):  # (the GPU keeps no signalling NaNs apart)
+        return lambda a: a
+
     @_ext.overload(_scalar.floor_f, target="cuda")
     def _ov_floor(a):
         if isinstance(a, types.Float):

@@ -352,6 +352,15 @@ def _ov_fmod(a, b):
     return lambda a, b: _frem(a, b)
 
 
+_quiet = _float_intrinsic("quiet", 1, lambda b, a: b.call(
+    b.module.declare_intrinsic("llvm.canonicalize", [a[0].type]), a))
+
+
+@overload(_scalar.quiet_f, jit_options=INNER)
+def _ov_quiet(a):
+    return lambda a: _quiet(a)
+
+
 @overload(_scalar.floor_f, jit_options=INNER)
 def _ov_floor(a):
     return lambda a: _floor(a)
