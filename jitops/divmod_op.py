@@ -5,13 +5,31 @@ from __future__ import annotations
 
 from typing import Any
 
+from numba import types
+from numba.core.extending import overload
+
 from . import scalar as _scalar
+from .core import scalar as _table
 from .fusion import ElementwiseOp
 from .signatures import Broadcast, Device
 
 
-def _divmod(a, b):
+def _pair(a, b):
     return _scalar.floor_divide(a, b), _scalar.remainder(a, b)
+
+
+@overload(_pair, target="generic", jit_options={"error_model": "numpy"})
+def _ov_pair(a, b):
+    """Floats (float16 and bfloat16 arrive as float32): NumPy's ``npy_divmod`` once, both
+    results from one ``fmod``; other types: the two rules."""
+    if a == b and a in (types.float32, types.float64):
+        fn, T = _scalar._jitable(_table.divmod_float), a
+        return lambda a, b: fn(a, b, T)
+    return lambda a, b: (_scalar.floor_divide(a, b), _scalar.remainder(a, b))
+
+
+def _divmod(a, b):
+    return _pair(a, b)
 
 
 _OP = ElementwiseOp(_divmod, name="divmod")

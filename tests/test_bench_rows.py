@@ -226,7 +226,7 @@ def test_the_cuda_section_renders_call_and_kernel_times():
 
 @pytest.mark.parametrize("key", ["floordiv_i32_scalar", "floordiv_i8_scalar", "power_f32",
                                  "power_c128", "greater_f32_1e4", "ov_divide_pdpd",
-                                 "remainder_i32"])
+                                 "remainder_i32", "remainder_f32"])
 def test_the_family_rows_contenders_compute_what_jitops_computes(key):
     """Each contender of the binary-family rows (a new result each) gives jitops' answer:
     PyTorch's, Paddle's and OpenVINO's own ops."""

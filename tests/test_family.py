@@ -517,6 +517,43 @@ def test_copysign_into_float16_raises_no_spurious_overflow(n):
             assert _same_bits(r, np.copysign(x, y)).all()
 
 
+def _float32_division_pairs(rng, n=40000):
+    """float32 pairs around the double-quotient fmod's edges: quotients near 2**24 on both
+    sides, exact multiples (zero remainders of both signs), subnormals and the largest
+    values, both signs, beside random bit patterns (zeros, infinities and NaNs among them)."""
+    y = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 120, n))).astype(np.float32)
+    k = rng.integers(1, 2**26, n).astype(np.float64)
+    near = (k * y.astype(np.float64)).astype(np.float32)  # x / y near k, some exactly k
+    near = np.where(rng.random(n) < 0.3, np.nextafter(near, np.float32(0)), near)
+    edge = (y.astype(np.float64) * 2.0**24 * (1 + rng.integers(-3, 4, n) * 2.0**-23))
+    edge = edge.astype(np.float32)
+    bits = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    sub = (rng.integers(-2**23, 2**23, n) * 2.0**-149).astype(np.float32)
+    x = np.concatenate([near, edge, bits, sub, -near, near * np.float32(1e-3)])
+    yy = np.concatenate([y, y, bits[::-1], y[::-1], y, sub])
+    return x, yy
+
+
+@pytest.mark.parametrize("op", ["fmod", "remainder", "floor_divide", "divmod"])
+def test_float32_division_in_double_is_exact_at_its_edges(op):
+    """float32 ``fmod`` runs in double where the quotient is below 2**24 (exact there: see
+    jitops.cpu.kernels.spec._emit_frem_single) and calls C's otherwise: bit for bit NumPy's
+    (C's ``fmodf``) and its warnings, on both sides of every edge of that choice."""
+    x, y = _float32_division_pairs(np.random.default_rng(11))
+    exp, exp_w = _numpy(op, x, y)
+    got, got_w = _jitops(op, x, y)
+    for e, g in zip(exp if op == "divmod" else [exp], got if op == "divmod" else [got]):
+        bad = ~_same_bits(g, e)
+        assert not bad.any(), (op, x[bad][:4], y[bad][:4], g[bad][:4], e[bad][:4])
+    assert got_w == exp_w
+    if op != "divmod":  # inside a user op too (jitops.scalar)
+        rule = getattr(jitops.scalar, op)
+        fn = jitops.elementwise(lambda a, b: rule(a, b))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            assert _same_bits(fn(x, y), exp).all()
+
+
 @pytest.mark.parametrize("dt", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("op", ["remainder", "divmod", "elementwise_mod"])
 def test_a_remainder_of_one_sign_near_the_largest_value_raises_nothing(op, dt):

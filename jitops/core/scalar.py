@@ -527,6 +527,13 @@ def _divmod_float(a, b, T):
     return floordiv, mod
 
 
+def divmod_float(a, b, T):
+    """:func:`floor_divide_float` and :func:`remainder_float` from one ``fmod``."""
+    if b == T(0):
+        return a / b, T(fmod_c(a, b))
+    return _divmod_float(a, b, T)
+
+
 def floor_divide_float(a, b, T):
     """NumPy's ``npy_floor_divide``: ``a / b`` for a zero divisor."""
     if b == T(0):
