@@ -135,9 +135,10 @@ class _Launch:
         for rp, how, acc in zip(plan.results, hows, accs):
             rows = plan.ntasks if rp.partial else 1
             self.results.append(_Held(rp.summed, rp.frame, rows, rp.size, how, acc))
+            held = self.results[-1]
             modes.append(_reduce.STORE if not rp.summed else
                          _reduce.ROW if rp.strides[-1] == 0 else _reduce.COLUMN)
-            partial.append(rp.size * acc.itemsize if rp.partial else 0)
+            partial.append(held.shape[1] * acc.itemsize if rp.partial else 0)
         nd = len(plan.shape)
         words = [0] * (R_DIMS * (MAX_INPUTS + MAX_RESULTS))
         for i, st in enumerate([*plan.inputs, *[rp.strides for rp in plan.results]]):
@@ -221,6 +222,10 @@ def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames
     return done if outs is None else [r if o is None else o for o, r in zip(outs, done)]
 
 
+#: Bytes of a cache line (128: a pair of 64-byte lines, which Intel's prefetcher fetches).
+_LINE = 128
+
+
 class _Held:
     """How one result of a launch is held: reduced (into ``rows`` accumulator rows of
     ``size``) or stored; its frame, reduction and accumulator dtype."""
@@ -230,8 +235,10 @@ class _Held:
     def __init__(self, reduced, frame, rows, size, how, acc):
         self.reduced, self.frame, self.rows, self.size = reduced, frame, rows, size
         self.how, self.acc = how, acc
-        #: the accumulator rows' shape, and their identity (None: zeros)
-        self.shape = (rows, size)
+        #: the accumulator rows' shape (several: each padded by a cache line and more, so that
+        #: no two tasks write one line), and their identity (None: zeros)
+        self.shape = (rows, size if rows == 1 else
+                      (-(-size * acc.itemsize // _LINE) + 1) * _LINE // acc.itemsize)
         ident = identity(how, acc) if reduced else 0
         self.fill = None if ident == 0 else ident
 
@@ -310,7 +317,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     out = []
     for h, b, dt in zip(launch.results, buffers, dtypes):
         if h.reduced:
-            b = _combine(b, h.how) if h.rows > 1 else b[0]
+            b = _combine(b[:, :h.size], h.how) if h.rows > 1 else b[0]
             b = b.reshape(h.frame) if dt is None else _cast(b, dt).reshape(h.frame)
         out.append(b)
     return out, status

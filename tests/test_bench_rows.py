@@ -261,7 +261,7 @@ def _as_numpy(v):
 
 
 @pytest.mark.parametrize("key", ["sum_to_channels", "add_grad_channels", "mul_grad_channels",
-                                 "sum_to_bias", "divmod_1e3"])
+                                 "sum_to_bias", "sum_to_bias_rows", "divmod_1e3"])
 def test_the_reduction_rows_contenders_compute_what_jitops_computes(key):
     """The sum_to and gradient rows: every contender (NumPy, PyTorch, Paddle's own
     backward) gives jitops' results, within float32 summation error."""

@@ -252,7 +252,10 @@ def test_sum_within_the_pairwise_bound_on_adversarial_input(n):
 @pytest.mark.parametrize("shape,to,mode,axis", [((300_001,), (), "numpy", -1),
                                                 ((32, 64, 30, 30), (64,), "pdpd", 1),
                                                 ((700, 300), (700, 1), "numpy", -1),
-                                                ((3, 200_000), (200_000,), "numpy", -1)])
+                                                ((3, 200_000), (200_000,), "numpy", -1),
+                                                ((4096, 64), (64,), "numpy", -1),
+                                                ((100_000, 8), (8,), "numpy", -1),
+                                                ((2048, 3, 64), (3, 64), "numpy", -1)])
 def test_sums_do_not_depend_on_the_thread_count(shape, to, mode, axis):
     g = np.random.default_rng(3).standard_normal(shape)
     y = np.random.default_rng(4).standard_normal(to) if to else np.float64(1.5)
@@ -358,3 +361,30 @@ def test_dask_gradients_are_one_graph_of_block_passes(op):
     assert isinstance(lx, da.Array) and lx.dtype == ex.dtype and ly.shape == ey.shape
     np.testing.assert_array_equal(lx.compute(), ex)
     np.testing.assert_allclose(ly.compute(), ey, rtol=1e-6)
+
+
+def test_a_sum_over_leading_axes_splits_them_into_partial_rows_not_the_rows():
+    """A bias gradient's sum over the leading axes keeps only the rows' own axis: cut among
+    tasks, each task's rows would be short (X(4096, 64): 8 elements), so the tasks split a
+    summed axis into partial rows, padded apart (no cache line shared between tasks); the
+    choice is the shape's alone (the same plan whatever the thread count), and the answers
+    are NumPy's on every reduction."""
+    from jitops.core.reduction import plan_reduction
+
+    for threads in (1, 2, 64):
+        plan = plan_reduction((4096, 64), [(64, 1)], [(1, 64)], threads=threads)
+        assert plan.split == 0 and plan.ntasks == 2 and plan.results[0].partial
+    wide = plan_reduction((4, 100_000), [(100_000, 1)], [(1, 100_000)], threads=2)
+    assert wide.split == 1 and not wide.results[0].partial  # long rows: cut among tasks
+    rng = np.random.default_rng(8)
+    for shape in ((4096, 64), (100_000, 8), (2048, 3, 64), (40_000, 9)):
+        g = rng.standard_normal(shape)
+        np.testing.assert_allclose(jitops.sum_to(g, shape[1:]), g.sum(axis=0), rtol=1e-12,
+                                   atol=1e-9)
+        for how in ("max", "min", "prod", "any"):
+            op = jitops.reduce(lambda v: v, how, axis=0)
+            exp = getattr(np, how)(g, axis=0)
+            if how == "prod":
+                np.testing.assert_allclose(op(g), exp, rtol=1e-12)
+            else:
+                assert np.array_equal(op(g), exp)

@@ -405,10 +405,10 @@ def _sum_to_channels():
     return c, g.nbytes
 
 
-def _sum_to_bias():
-    """A (256, 64) gradient summed to its (64,) bias, a call whose fixed cost shows: sum_to
-    against each library's sum over axis 0."""
-    g = _rand((256, 64), seed=11)
+def _sum_to_bias(rows: int = 256):
+    """A (rows, 64) gradient summed to its (64,) bias (256 rows: a call whose fixed cost
+    shows; 4096: short rows, many of them): sum_to against each library's sum over axis 0."""
+    g = _rand((rows, 64), seed=11)
     c = {"jitops": lambda: jitops.sum_to(g, (64,)), "numpy": lambda: g.sum(axis=0)}
     if torch is not None:
         (tg,) = _t(g)
@@ -659,6 +659,8 @@ CASES = [
          "axes 0, 2, 3)", _sum_to_channels, {"numpy": 1.5, "torch": 1.0}, rounds=21),
     Case("sum_to_bias", "sum_to X(256,64) -> (64,) (others: sum over axis 0)",
          _sum_to_bias, {"numpy": 1.0}),
+    Case("sum_to_bias_rows", "sum_to X(4096,64) -> (64,) (others: sum over axis 0)",
+         functools.partial(_sum_to_bias, 4096), {"numpy": 1.0}),
     Case("divmod_1e3", "divmod float32, 1e3, two new results (one pass)", _divmod_small,
          {"numpy": 1.0}),
     Case("add_grad_channels", "elementwise_add_grad X(32,64,56,56), Y(64,) axis 1: dx, dy",

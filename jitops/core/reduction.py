@@ -23,6 +23,8 @@ does along an outer axis.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from .plan import Shape, Strides, align_all
@@ -31,6 +33,14 @@ from .plan import Shape, Strides, align_all
 TASK_MIN = 32768
 #: Most tasks a split over a summed axis makes (each one partial row per summed result).
 MAX_PARTIALS = 64
+#: A kept innermost axis shorter than this is not cut among tasks (its rows would be short,
+#: each costing a row's setup) where a summed axis can be split into partial rows instead.
+ROW_MIN = 8192
+#: ... provided the input has this many elements per element kept (the partial rows stay
+#: small beside it); each such task at least this many elements (its partial row is added
+#: to the others afterwards, in Python).
+PARTIAL_RATIO = 16
+ROWS_TASK_MIN = 131072
 
 
 def accumulator(how: str, value: np.dtype) -> np.dtype:
@@ -172,14 +182,25 @@ def plan_reduction(space: Shape, inputs: list[Strides], frames: list[Shape],
         size *= n
     kept_by_all = [d for d in range(len(shape))
                    if all(not summed[r] or rstr[r][d] != 0 for r in range(len(frames)))]
-    if kept_by_all:
-        split = max(kept_by_all, key=lambda d: (shape[d], -d))
+    split = max(kept_by_all, key=lambda d: (shape[d], -d)) if kept_by_all else None
+    if split == len(shape) - 1 and shape[split] < ROW_MIN and len(shape) > 1:
+        # the kept axis is the rows' own (a sum over leading axes, as a bias gradient's):
+        # cut among tasks its rows would be short, so tasks take a summed axis if the
+        # partial rows stay small beside the input (chosen from the shape alone)
+        sums = [d for d in range(len(shape) - 1)
+                if any(summed[r] and rstr[r][d] == 0 for r in range(len(frames)))]
+        kept = math.prod(n for d, n in enumerate(shape)
+                         if all(rstr[r][d] != 0 for r in range(len(frames)) if summed[r]))
+        if sums and kept * PARTIAL_RATIO <= size:
+            split = max(sums, key=lambda d: (shape[d], -d))
+            ntasks = max(1, min(shape[split], MAX_PARTIALS, size // ROWS_TASK_MIN))
+    elif split is None:
+        split = max(range(len(shape)), key=lambda d: (shape[d], -d))
+        ntasks = max(1, min(shape[split], MAX_PARTIALS, size // TASK_MIN))
+    if split in kept_by_all:
         ntasks = max(1, min(shape[split], 4 * threads, size // TASK_MIN))
         if threads <= 1:
             ntasks = 1
-    else:
-        split = max(range(len(shape)), key=lambda d: (shape[d], -d))
-        ntasks = max(1, min(shape[split], MAX_PARTIALS, size // TASK_MIN))
     n = shape[split]
     bounds = tuple(n * t // ntasks for t in range(ntasks + 1))
     results = tuple(
