@@ -682,7 +682,9 @@ class Pool:
         if not self.ctl:
             raise MemoryError("jitops: cannot allocate the thread pool's control block")
         self.ctl = (self.ctl + 63) & ~63
-        words = np.ctypeslib.as_array((ctypes.c_int64 * nwords).from_address(self.ctl))
+        # (np.frombuffer, not np.ctypeslib: a first import of a NumPy submodule that an
+        # interrupt cuts short leaves NumPy's lazy __getattr__ recursing for good)
+        words = np.frombuffer((ctypes.c_int64 * nwords).from_address(self.ctl), np.int64)
         words[C.RANGE_CAP] = cap
         words[C.MAX_UNITS] = MAX_UNITS
         words[C.ALTERNATE] = ALTERNATE
