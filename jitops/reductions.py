@@ -72,9 +72,6 @@ def _common(kinds) -> np.dtype:
     return np.result_type(*kinds)
 
 
-_address = data_address
-
-
 @lru_cache(maxsize=1024)
 def _in_elements(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
     """Byte ``strides`` in elements, or None where one is not a whole number of them."""
@@ -134,8 +131,8 @@ class _Launch:
         self.results, modes, partial = [], [], []
         for rp, how, acc in zip(plan.results, hows, accs):
             rows = plan.ntasks if rp.partial else 1
-            self.results.append(_Held(rp.summed, rp.frame, rows, rp.size, how, acc))
-            held = self.results[-1]
+            held = _Held(rp.summed, rp.frame, rows, rp.size, how, acc)
+            self.results.append(held)
             modes.append(_reduce.STORE if not rp.summed else
                          _reduce.ROW if rp.strides[-1] == 0 else _reduce.COLUMN)
             partial.append(held.shape[1] * acc.itemsize if rp.partial else 0)
@@ -149,7 +146,7 @@ class _Launch:
             NRES=len(frames), MODE=modes + [0] * fill, PARTIAL=partial + [0] * fill,
             SHAPE=list(plan.shape), STRIDES=words, BOUNDS=0)[:RMETA.BOUNDS] + list(plan.bounds),
             _I64)
-        self.meta_address = _address(self.meta)
+        self.meta_address = data_address(self.meta)
         self.task = _reduce.task_address(spec)
         self.parallel = plan.ntasks > 1 and threads > 1
         self.size = math.prod(space)
@@ -285,7 +282,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
             st = _in_elements(a.strides, a.itemsize)
         dts.append(a.dtype)
         geos.append((a.shape, st))
-        addrs.append(_address(a))
+        addrs.append(data_address(a))
     threads = parallel.num_threads()
     key, cacheable = key or _key_of(fn)
     try:
@@ -303,10 +300,10 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
         else:
             b = np.empty(h.frame, dt)
         buffers.append(b)
-        addrs.append(_address(b))
+        addrs.append(data_address(b))
     if launch.size:
         ptrs = np.array(addrs, _I64)
-        args = (launch.task, _address(ptrs), launch.meta_address)
+        args = (launch.task, data_address(ptrs), launch.meta_address)
         if launch.parallel:
             status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
         else:

@@ -183,15 +183,12 @@ def plan_reduction(space: Shape, inputs: list[Strides], frames: list[Shape],
     kept_by_all = [d for d in range(len(shape))
                    if all(not summed[r] or rstr[r][d] != 0 for r in range(len(frames)))]
     split = max(kept_by_all, key=lambda d: (shape[d], -d)) if kept_by_all else None
-    if split == len(shape) - 1 and shape[split] < ROW_MIN and len(shape) > 1:
+    if split == len(shape) - 1 and shape[split] < ROW_MIN:
         # the kept axis is the rows' own (a sum over leading axes, as a bias gradient's):
         # cut among tasks its rows would be short, so tasks take a summed axis if the
         # partial rows stay small beside the input (chosen from the shape alone)
-        sums = [d for d in range(len(shape) - 1)
-                if any(summed[r] and rstr[r][d] == 0 for r in range(len(frames)))]
-        kept = math.prod(n for d, n in enumerate(shape)
-                         if all(rstr[r][d] != 0 for r in range(len(frames)) if summed[r]))
-        if sums and kept * PARTIAL_RATIO <= size:
+        sums = [d for d in range(len(shape)) if d not in kept_by_all]
+        if sums and math.prod(shape[d] for d in kept_by_all) * PARTIAL_RATIO <= size:
             split = max(sums, key=lambda d: (shape[d], -d))
             ntasks = max(1, min(shape[split], MAX_PARTIALS, size // ROWS_TASK_MIN))
     elif split is None:
