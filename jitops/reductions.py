@@ -1,9 +1,10 @@
 """Reductions of broadcast results: ``sum_to``, the broadcast ops' gradients, and user ops
 of several results or with ``reduce=``.
 
-Each call is one pass (jitops.core.reduction plans it, jitops.cpu.kernels.reduce runs it; on CUDA
-operands jitops.cuda.reduce, on Dask ones a graph of CPU passes): the
-gradient's full-shape side is written and its broadcast side summed while ``dout`` is read
+This module is their front end: it checks the operands, settles the dtypes and routes each
+call as one pass to a backend (jitops.cpu.reduce; on CUDA operands jitops.cuda.reduce; on
+Dask ones a graph of CPU passes), which jitops.core.reduction plans: the gradient's
+full-shape side is written and its broadcast side summed while ``dout`` is read
 once. Sums are accumulated in float64 (complex128, int64, uint64) and rounded once to the
 result's dtype; they do not depend on the thread count (the plan fixes the order). No
 floating-point warnings, as in Paddle's and PyTorch's autograd (a division by zero gives
@@ -17,26 +18,17 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from numba import types as _types
-from numba.np.numpy_support import as_dtype
 
 from .core import grads, tensors
-from .core.dtypes import compute_dtype, is_bfloat16
+from .core.dtypes import compute_dtype, is_bfloat16, pass_common
 from .core.errstate import report
 from .core.pipeline import operand_names, refuse_masked
-from .core.plan import align_all, check_axis_type, expand_strides, normalize_mode
+from .core.plan import align_all, check_axis_type, normalize_mode
 from .core.protocols import overrides
-from .core.reduction import accumulator, identity, plan_reduction, sum_to_frame
-from .cpu.backend import drivers, entry_point
-from .cpu.kernels import layout, nary
-from .cpu.kernels import reduce as _reduce
-from .cpu.kernels.binary import FP_RAISED, OK, data_address
-from .cpu.kernels.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
-from .cpu.threads import parallel
+from .core.reduction import accumulator, rounded, sum_to_frame
+from .cpu import reduce as on_cpu
 from .dask.backend import is_dask_array
 from .signatures import Broadcast
-
-_I64 = np.int64
 
 
 def _refuse_meaning(v, name: str, fname: str) -> None:
@@ -64,103 +56,6 @@ def _host(v, name: str, fname: str) -> np.ndarray:
     return np.asarray(v)
 
 
-def _common(kinds) -> np.dtype:
-    """The operands' promoted dtype (NumPy 2's rules, Python numbers weak); with a bfloat16
-    operand, which NumPy cannot promote, float32 (what it is computed in)."""
-    if any(isinstance(k, np.dtype) and is_bfloat16(k) for k in kinds):
-        return np.dtype(np.float32)
-    return np.result_type(*kinds)
-
-
-@lru_cache(maxsize=1024)
-def _in_elements(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
-    """Byte ``strides`` in elements, or None where one is not a whole number of them."""
-    if itemsize == 0 or any(s % itemsize for s in strides):
-        return None
-    return tuple(s // itemsize for s in strides)
-
-
-def _combine(rows: np.ndarray, how: str) -> np.ndarray:
-    """The partial rows of a split reduction combined in task order (a sum's adjacent pairs
-    pairwise; the others in order: each is exact or order-free)."""
-    if how == "sum":
-        while rows.shape[0] > 1:
-            n = rows.shape[0] - rows.shape[0] % 2
-            paired = rows[0:n:2] + rows[1:n:2]
-            rows = np.concatenate([paired, rows[n:]]) if n < rows.shape[0] else paired
-        return rows[0]
-    with np.errstate(all="ignore"):
-        if how == "prod":
-            return np.multiply.reduce(rows, axis=0)
-        if how == "max":
-            return np.maximum.reduce(rows, axis=0)
-        if how == "min":
-            return np.minimum.reduce(rows, axis=0)
-        if how == "any":
-            return np.bitwise_or.reduce(rows, axis=0)
-        return np.bitwise_and.reduce(rows, axis=0)
-
-
-def _cast(acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
-    if acc.dtype == dtype:
-        return acc
-    with np.errstate(all="ignore"):  # NumPy's own rounding (float16 and bfloat16 too)
-        return acc.astype(dtype)
-
-
-class _Launch:
-    """A planned pass, kept for the next call of the same geometry: the task's address, the
-    meta, and per result how it is held (:class:`_Held`)."""
-
-    __slots__ = ("task", "meta", "meta_address", "parallel", "results", "size")
-
-    def __init__(self, fn, key, cacheable, in_dtypes, in_strides, frames_in, space, frames,
-                 hows, dtypes, lead, threads, compute, direct):
-        strides = [expand_strides(sh, st, f, space) for (sh, st), f in zip(in_strides, frames_in)]
-        plan = plan_reduction(space, strides, frames, lead=lead, threads=threads,
-                              reduced=[h != "store" for h in hows])
-        if len(plan.shape) > R_DIMS:
-            raise ValueError(f"at most {R_DIMS} dims after merging, got "
-                             f"{len(plan.shape)}")
-        values, _ = _values(fn, key, compute, len(in_dtypes), len(frames))
-        accs = [accumulator(h, v) if h != "store" else dt
-                for h, v, dt in zip(hows, values, dtypes)]
-        spec = _reduce.ReduceSpec(key, tuple(d.name for d in in_dtypes), compute.name, tuple(
-            ((dt or a).name, h, a.name) for dt, h, a in zip(dtypes, hows, accs)), direct,
-            cacheable)
-        self.results, modes, partial = [], [], []
-        for rp, how, acc in zip(plan.results, hows, accs):
-            rows = plan.ntasks if rp.partial else 1
-            held = _Held(rp.summed, rp.frame, rows, rp.size, how, acc)
-            self.results.append(held)
-            modes.append(_reduce.STORE if not rp.summed else
-                         _reduce.ROW if rp.strides[-1] == 0 else _reduce.COLUMN)
-            partial.append(held.shape[1] * acc.itemsize if rp.partial else 0)
-        nd = len(plan.shape)
-        words = [0] * (R_DIMS * (MAX_INPUTS + MAX_RESULTS))
-        for i, st in enumerate([*plan.inputs, *[rp.strides for rp in plan.results]]):
-            words[i * R_DIMS:i * R_DIMS + nd] = st
-        fill = (MAX_RESULTS - len(frames))
-        self.meta = np.array(layout.fill(
-            RMETA, ND=nd, SPLIT=plan.split, NTASKS=plan.ntasks, NIN=len(in_dtypes),
-            NRES=len(frames), MODE=modes + [0] * fill, PARTIAL=partial + [0] * fill,
-            SHAPE=list(plan.shape), STRIDES=words, BOUNDS=0)[:RMETA.BOUNDS] + list(plan.bounds),
-            _I64)
-        self.meta_address = data_address(self.meta)
-        self.task = _reduce.task_address(spec)
-        self.parallel = plan.ntasks > 1 and threads > 1
-        self.size = math.prod(space)
-
-
-def _values(fn, key: str, compute: np.dtype, nin: int, nres: int):
-    """The dtypes of the values ``fn`` returns for ``nin`` inputs of ``compute``, and whether
-    it returns a tuple."""
-    nary.register(key, fn)
-    ret = nary.return_type(nary.compiled_function(fn), compute, nin)
-    several = isinstance(ret, _types.BaseTuple)
-    return [np.dtype(as_dtype(v)) for v in (ret if several else [ret] * nres)], several
-
-
 def _on_cuda(operands, device=None, fname: str = "") -> bool:
     """Whether a call runs on the GPU: a CUDA operand, or ``device`` asking for CUDA
     (RuntimeError where CUDA cannot run; never a CPU fallback)."""
@@ -181,13 +76,13 @@ def _remembered(tag: tuple, operands) -> tuple:
 
 def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames, results,
                compute, lead: int, fname: str, device=None, outs=None, found=None) -> list:
-    """:func:`run_pass` on the GPU (jitops.cuda.reduce): the operands' GPU and stream, host
-    operands uploaded as the elementwise ops' are; ``results`` are jitops.cuda.reduce.Result
-    with each result's accumulator still to fill in from the function's values; ``outs``
-    (checked): per result None or the CUDA array it is copied into once computed (so any
-    overlap with an operand is safe). ``found``: the call's key (:func:`_remembered`), under which a
-    pass with no ``outs`` over a non-empty space is remembered (jitops.cuda.repeat), so that
-    a repeat launches it again without planning."""
+    """jitops.cpu.reduce.run_pass on the GPU (jitops.cuda.reduce): the operands' GPU and
+    stream, host operands uploaded as the elementwise ops' are; ``results`` are
+    jitops.cuda.reduce.Result with each result's accumulator still to fill in from the
+    function's values; ``outs`` (checked): per result None or the CUDA array it is copied
+    into once computed (so any overlap with an operand is safe). ``found``: the call's key
+    (:func:`_remembered`), under which a pass with no ``outs`` over a non-empty space is
+    remembered (jitops.cuda.repeat), so that a repeat launches it again without planning."""
     from .cuda import reduce as on_gpu
     from .cuda import repeat
     from .cuda.backend import memory, on_device
@@ -205,7 +100,7 @@ def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames
                 raise TypeError(f"jitops.{fname}: bfloat16 runs on the CPU backend only (the "
                                 f"CUDA kernels have no bfloat16 loads and stores yet)")
             ins.append(mem.ready(v))
-        values, several = _values(fn, key, compute, len(ins), len(frames))
+        values, several = on_cpu.value_dtypes(fn, key, compute, len(ins), len(frames))
         for r, v in zip(results, values):
             if r.how != "store":
                 r.acc = accumulator(r.how, v)
@@ -219,113 +114,6 @@ def _cuda_pass(fn, key: str, cacheable: bool, operands, frames_in, space, frames
     return done if outs is None else [r if o is None else o for o, r in zip(outs, done)]
 
 
-#: Bytes of a cache line (128: a pair of 64-byte lines, which Intel's prefetcher fetches).
-_LINE = 128
-
-
-class _Held:
-    """How one result of a launch is held: reduced (into ``rows`` accumulator rows of
-    ``size``) or stored; its frame, reduction and accumulator dtype."""
-
-    __slots__ = ("reduced", "frame", "rows", "size", "how", "acc", "shape", "fill")
-
-    def __init__(self, reduced, frame, rows, size, how, acc):
-        self.reduced, self.frame, self.rows, self.size = reduced, frame, rows, size
-        self.how, self.acc = how, acc
-        #: the accumulator rows' shape (several: each padded by a cache line and more, so that
-        #: no two tasks write one line), and their identity (None: zeros)
-        self.shape = (rows, size if rows == 1 else
-                      (-(-size * acc.itemsize // _LINE) + 1) * _LINE // acc.itemsize)
-        ident = identity(how, acc) if reduced else 0
-        self.fill = None if ident == 0 else ident
-
-
-@lru_cache(maxsize=64)
-def _key_of(fn) -> tuple[str, bool]:
-    """jitops.cpu.kernels.nary.function_key of one of jitops' own scalar functions (it reads and
-    hashes the source file: once)."""
-    return nary.function_key(fn)
-
-
-@lru_cache(maxsize=1024)
-def _launch_for(*key) -> _Launch:
-    return _Launch(*key)
-
-
-def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
-             space: tuple[int, ...], frames: list[tuple[int, ...]], hows: list[str],
-             dtypes: list[np.dtype], lead: int, fname: str, compute: np.dtype | None = None,
-             direct: bool = False) -> list[np.ndarray]:
-    """One pass of the scalar function ``fn`` over ``space``: inputs with their frames; per
-    result its frame (``space`` to be stored, 1 on the axes it reduces), ``how`` (``store``,
-    or ``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``) and dtype. Returns each result
-    in its frame's shape; a reduced one in its accumulator's dtype where ``dtypes`` says
-    None. No floating-point flags are reported (:func:`run_pass_status` returns them)."""
-    return run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
-                           compute, None, direct)[0]
-
-
-def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
-                    compute=None, key=None, direct=False, into=None):
-    """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
-    OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.kernels.nary.function_key`
-    of it; ``into``: per result None or the array a stored result is written into (C-order,
-    aligned, of its frame's shape and dtype, sharing no memory with an input). A call of a
-    geometry seen before plans nothing (:func:`_launch_for`)."""
-    if compute is None:
-        compute = _compute_of(tuple(a.dtype for a in inputs))
-    dts, geos, addrs = [], [], []
-    for a in inputs:
-        st = _in_elements(a.strides, a.itemsize) if a.flags.aligned else None
-        if st is None:  # misaligned, or strides not whole elements: an aligned copy
-            a = np.array(a, order="C", copy=True)
-            st = _in_elements(a.strides, a.itemsize)
-        dts.append(a.dtype)
-        geos.append((a.shape, st))
-        addrs.append(data_address(a))
-    threads = parallel.num_threads()
-    key, cacheable = key or _key_of(fn)
-    try:
-        launch = _launch_for(fn, key, cacheable, tuple(dts), tuple(geos), tuple(frames_in),
-                             tuple(space), tuple(frames), tuple(hows), tuple(dtypes), lead,
-                             threads, compute, direct)
-    except ValueError as e:
-        raise ValueError(f"jitops.{fname}: {e}") from None
-    buffers, status = [], OK
-    for r, (h, dt) in enumerate(zip(launch.results, dtypes)):
-        if h.reduced:
-            b = np.zeros(h.shape, h.acc) if h.fill is None else np.full(h.shape, h.fill, h.acc)
-        elif into is not None and into[r] is not None:
-            b = into[r]
-        else:
-            b = np.empty(h.frame, dt)
-        buffers.append(b)
-        addrs.append(data_address(b))
-    if launch.size:
-        ptrs = np.array(addrs, _I64)
-        args = (launch.task, data_address(ptrs), launch.meta_address)
-        if launch.parallel:
-            status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
-        else:
-            status = entry_point(_reduce.KERNELS["serial"], _SIG)(*args)
-        if status != OK and status < FP_RAISED:
-            raise RuntimeError(f"jitops.{fname}: the function raised an exception inside "
-                               f"the compiled kernel, so some elements were not computed")
-    out = []
-    for h, b, dt in zip(launch.results, buffers, dtypes):
-        if h.reduced:
-            b = _combine(b[:, :h.size], h.how) if h.rows > 1 else b[0]
-            b = b.reshape(h.frame) if dt is None else _cast(b, dt).reshape(h.frame)
-        out.append(b)
-    return out, status
-
-
-@lru_cache(maxsize=256)
-def _compute_of(in_dtypes: tuple[np.dtype, ...]) -> np.dtype:
-    return compute_dtype(_common(in_dtypes))
-
-
-_SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
 _frame_of = lru_cache(maxsize=1024)(sum_to_frame)
 
 
@@ -339,7 +127,7 @@ class _SumOp:
 
     def __init__(self, axes: tuple[int, ...]):
         self.axes = axes
-        self.key, self.cacheable = _key_of(grads.identity)
+        self.key, self.cacheable = on_cpu.function_key(grads.identity)
 
     @staticmethod
     def returns(compute: np.dtype, fname: str) -> tuple[np.dtype, ...]:
@@ -408,8 +196,8 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
         summed = _several_lazy(_SumOp(axes), [g], [tuple(g.shape)], "numpy", -1, fname)
         return summed.astype(g.dtype).reshape(shape)
     how = "store" if tuple(frame) == tuple(g.shape) else "sum"
-    (res,) = run_pass(grads.identity, [g], [g.shape], g.shape, [frame], [how], [g.dtype], 0,
-                      fname, direct=True)
+    (res,) = on_cpu.run_pass(grads.identity, [g], [g.shape], g.shape, [frame], [how],
+                             [g.dtype], 0, fname, direct=True)
     res = res.reshape(shape)
     return wrap(res) if wrap is not None else res
 
@@ -442,7 +230,7 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
     _check_summable(dt)
     frame = _frame_of(gshape, shape, mode, axis)
     how = "store" if tuple(frame) == gshape else "sum"
-    key, cacheable = _key_of(grads.identity)
+    key, cacheable = on_cpu.function_key(grads.identity)
     (res,) = _cuda_pass(grads.identity, key, cacheable, [g], [gshape], gshape, [frame],
                         [Result(how, None, dt, shape)], compute_dtype(dt), 0, fname,
                         found=found)
@@ -473,8 +261,8 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
     if lazy:
         return _grads_lazy(rule, (x, y, dout), (fx, fy, space), space, hows,
                            (x.dtype, y.dtype), fname)
-    dx, dy = run_pass(rule, [x, y, dout], [fx, fy, space], space, [fx, fy], hows,
-                      [x.dtype, y.dtype], 2, fname)
+    dx, dy = on_cpu.run_pass(rule, [x, y, dout], [fx, fy, space], space, [fx, fy], hows,
+                             [x.dtype, y.dtype], 2, fname)
     dx, dy = dx.reshape(x.shape), dy.reshape(y.shape)
     if wrap is not None:
         return wrap(dx), wrap(dy)
@@ -514,10 +302,10 @@ def _grad_cuda(op: str, x, y, dout, axis: int, mode: str, ties: str):
     (xs, xd), (ys, yd), (ds, dd) = desc["x"], desc["y"], desc["dout"]
     space, (fx, fy), hows = _grad_geometry(xs, ys, ds, mode, axis, fname)
     rule = grads.RULES[grads.rule_name(op, ties)]
-    key, cacheable = _key_of(rule)
+    key, cacheable = on_cpu.function_key(rule)
     results = [Result(h, None, dt, s) for h, s, dt in zip(hows, (xs, ys), (xd, yd))]
     dx, dy = _cuda_pass(rule, key, cacheable, [x, y, dout], [fx, fy, space], space, [fx, fy],
-                        results, compute_dtype(_common([xd, yd, dd])), 2, fname,
+                        results, compute_dtype(pass_common([xd, yd, dd])), 2, fname,
                         found=found)
     return dx, dy
 
@@ -541,9 +329,9 @@ def _grads_lazy(rule, arrays, frames_in, space, hows, dtypes, fname: str):
     def chunk(*blocks):
         bspace, bframes = align_all([b.shape for b in blocks], "numpy", -1)
         out = [tuple(1 if d in ax else n for d, n in enumerate(bspace)) for ax in axes]
-        return tuple(run_pass(rule, list(blocks), bframes, bspace, out, hows,
-                              [dt if h == "store" else None for h, dt in zip(hows, dtypes)],
-                              2, fname))
+        return tuple(on_cpu.run_pass(
+            rule, list(blocks), bframes, bspace, out, hows,
+            [dt if h == "store" else None for h, dt in zip(hows, dtypes)], 2, fname))
 
     tup = da.map_blocks(chunk, *blocks_in, dtype=object, meta=np.empty((0,) * nd, object),
                         name=f"jitops-{fname}-pass")
@@ -734,18 +522,18 @@ class _Settled:
         for k in kinds:
             if isinstance(k, np.dtype):
                 check_dtype(k, "an operand", fname)
-        self.common = common = _common([_WEAK_STANDIN[k] if isinstance(k, str) else k
+        self.common = common = pass_common([_WEAK_STANDIN[k] if isinstance(k, str) else k
                                          for k in kinds])
         check_dtype(common, "the operands' common dtype", fname)
         self.compute = compute_dtype(common)
-        if len(kinds) > MAX_INPUTS:
+        if len(kinds) > on_cpu.MAX_INPUTS:
             raise TypeError(f"jitops.{fname}: a function of several results, or with "
-                            f"reduce=, takes at most {MAX_INPUTS} inputs, got "
+                            f"reduce=, takes at most {on_cpu.MAX_INPUTS} inputs, got "
                             f"{len(kinds)}")
         returned = op.returns(self.compute, fname)
-        if len(returned) > MAX_RESULTS:
+        if len(returned) > on_cpu.MAX_RESULTS:
             raise TypeError(f"jitops.{fname}: the function returns {len(returned)} values; at "
-                            f"most {MAX_RESULTS} results are supported")
+                            f"most {on_cpu.MAX_RESULTS} results are supported")
         self.hows = hows = normalize_hows(op.reduce, len(returned), fname)
         self.space, self.frames_in = space, _ = align_all(shapes, mode, axis)
         self.axes = axes = normalize_axes(op.axes, len(space), fname) if any(hows) else ()
@@ -807,7 +595,7 @@ class _Settled:
                         else r / n
             if how in ("any", "all"):
                 r = r != 0
-            done.append(_cast(r, dt).reshape(shape))
+            done.append(rounded(r, dt).reshape(shape))
         return done
 
 
@@ -850,10 +638,10 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     lead = max(range(len(inputs)), key=lambda i: inputs[i].size)
     into = None if outs is None else [_writable_in_place(o, how, inputs)
                                       for o, how in zip(outs, st.kernel_hows)]
-    results, status = run_pass_status(op.py_func, inputs, st.frames_in, st.space, st.frames,
-                                      st.kernel_hows, st.kernel_dtypes, lead, fname,
-                                      st.compute, (op.key, op.cacheable), into=into)
-    if status >= FP_RAISED:
+    results, status = on_cpu.run_pass_status(
+        op.py_func, inputs, st.frames_in, st.space, st.frames, st.kernel_hows,
+        st.kernel_dtypes, lead, fname, st.compute, (op.key, op.cacheable), into=into)
+    if status >= on_cpu.FP_RAISED:
         report(status, fname)
     done = st.finish(results)
     if outs is not None:
@@ -944,10 +732,10 @@ def _chunk_of(op, fname: str, hows: tuple, kernel_dtypes: tuple, axes: tuple, co
         frames = [tuple(space) if h == "store" else
                   tuple(1 if d in axes else n for d, n in enumerate(space)) for h in hows]
         lead = max(range(len(blocks)), key=lambda i: blocks[i].size)
-        results, status = run_pass_status(op.py_func, list(blocks), frames_in, space, frames,
-                                          list(hows), list(kernel_dtypes), lead, fname,
-                                          compute, (op.key, op.cacheable))
-        if status >= FP_RAISED:
+        results, status = on_cpu.run_pass_status(
+            op.py_func, list(blocks), frames_in, space, frames, list(hows),
+            list(kernel_dtypes), lead, fname, compute, (op.key, op.cacheable))
+        if status >= on_cpu.FP_RAISED:
             report(status, fname)
         return tuple(results)
     return chunk

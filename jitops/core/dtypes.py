@@ -84,6 +84,14 @@ def promote(*kinds) -> np.dtype:
     return r
 
 
+def pass_common(kinds) -> np.dtype:
+    """The promoted dtype of a reduction pass's operands (NumPy 2's rules, Python numbers
+    weak); with a bfloat16 operand, float32 (what it is computed in)."""
+    if any(isinstance(k, np.dtype) and is_bfloat16(k) for k in kinds):
+        return np.dtype(np.float32)
+    return np.result_type(*kinds)
+
+
 def compute_dtype(dt: np.dtype) -> np.dtype:
     """What the kernels compute in for values of dtype ``dt``: float16 and bfloat16 in float32
     (Numba's CPU target has no arithmetic of either), everything else as it is."""

@@ -68,6 +68,14 @@ def identity(how: str, acc: np.dtype):
     return info.min if how == "max" else info.max
 
 
+def rounded(acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """An accumulator rounded once to the result's ``dtype``."""
+    if acc.dtype == dtype:
+        return acc
+    with np.errstate(all="ignore"):  # NumPy's own rounding (float16 and bfloat16 too)
+        return acc.astype(dtype)
+
+
 class ResultPlan:
     """One result of a pass: its accumulator's (or stored array's) C-order ``frame``, its
     element ``strides`` over the iteration space (0 on the axes it sums), whether it is
