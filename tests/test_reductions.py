@@ -388,3 +388,29 @@ def test_a_sum_over_leading_axes_splits_them_into_partial_rows_not_the_rows():
                 np.testing.assert_allclose(op(g), exp, rtol=1e-12)
             else:
                 assert np.array_equal(op(g), exp)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "complex64", "uint64"])
+def test_a_sum_over_outer_axes_runs_its_rows_in_one_loop_and_reads_every_row(dtype):
+    """sum_to's sum over an axis outside unit-stride rows takes the rows of the axis next to
+    the innermost in one loop (jitops.cpu.kernels.reduce.column_rows): views whose rows are
+    apart (an axis that cannot merge), where that axis is summed or kept, split among tasks
+    or not, short rows and long. Integer values: every order of the sum is exact, so any row
+    read twice, skipped or added to the wrong accumulator shows."""
+    rng = np.random.default_rng(21)
+    cases = [((9, 40, 3, 5), np.s_[:, ::2, :, :], (1, 3, 5)),   # rows apart, axis summed
+             ((6, 12, 7), np.s_[:, ::3, :], (4, 7)),            # axis kept: its own rows
+             ((4096, 70), np.s_[:, 3:67], (64,)),               # split into partial rows
+             ((50_000, 10), np.s_[::2, :], (10,)),
+             ((3, 5, 2000), np.s_[:, 1:, :], (4, 2000)),        # long rows
+             ((2, 3, 300, 12), np.s_[:, :, ::2, 1:], (3, 1, 11))]
+    for full, view, to in cases:
+        g = rng.integers(0 if dtype == "uint64" else -40, 40, full).astype(dtype)[view]
+        frame = (1,) * (g.ndim - len(to)) + to
+        want = g.astype(np.complex128 if g.dtype.kind == "c" else np.float64).sum(
+            axis=_reduced_axes(g.shape, frame), keepdims=True).reshape(to)
+        for n in (1, 2):
+            with jitops.threads(n):
+                got = jitops.sum_to(g, to)
+            assert got.dtype == g.dtype
+            np.testing.assert_array_equal(got, want.astype(dtype))

@@ -435,6 +435,36 @@ def _make_sink(r: int):
 SINKS = [_make_sink(r) for r in range(MAX_RESULTS)]
 
 
+def column_rows(spec, src, rows, m, run_in, addr, o, run_out, s):
+    """A direct sum over an outer axis: ``rows`` rows of ``m`` unit-stride input words from
+    address ``src`` (``run_in`` elements apart) each added into its accumulator row (from
+    element ``o`` of the result, ``run_out`` apart, elements ``s`` apart), row after row: the
+    COLUMN sink's order, in one loop instead of one call per row."""
+
+
+@overload(column_rows, jit_options=INNER)
+def _ov_column_rows(spec, src, rows, m, run_in, addr, o, run_out, s):
+    if not isinstance(spec, ReduceSpecType):
+        return None
+    S, A = storage(spec.inputs[0]), from_dtype(np.dtype(spec.results[0][2]))
+    size, asize = _itemsize(spec.inputs[0]), np.dtype(spec.results[0][2]).itemsize
+
+    def impl(spec, src, rows, m, run_in, addr, o, run_out, s):
+        for r in range(rows):
+            q = as_pointer(src + r * run_in * size, S)
+            if s == 1:  # unit-stride: a loop the compiler vectorises
+                a = as_pointer(addr + (o + r * run_out) * asize, A)
+                for k in range(m):
+                    a[k] = A(a[k] + A(q[k]))
+            else:
+                a = as_pointer(addr, A)
+                at = o + r * run_out
+                for k in range(m):
+                    a[at + k * s] = A(a[at + k * s] + A(q[k]))
+        return 0
+    return impl
+
+
 def row_end(spec, r, addr, o, lev, count):
     """Combine result ``r``'s row total (``count`` blocks in ``lev``) into its element."""
 
@@ -481,7 +511,7 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
         and name0 != "complex64" and spec.results[0][1] == "sum"
     ns = {"np": np, "as_pointer": as_pointer, "stack_words": stack_words, "RMETA": RMETA,
           "MAX_DIMS": MAX_DIMS, "BLOCK": BLOCK, "map_block": map_block, "row_end": row_end,
-          "sum_block": sum_block,
+          "sum_block": sum_block, "column_rows": column_rows,
           "_I64": _I64, "S0": storage(name0), "STAGE": _STAGE_BYTES * len(spec.inputs),
           **{f"sink{r}": SINKS[r] for r in range(nres)},
           **{f"V{r}": vals[r] for r in range(nres)},
@@ -521,6 +551,33 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
                      f"            row_end(spec, {r}, addrs[nin + {r}], offs[nin + {r}], lev{r}, "
                      f"n{r})" for r in R)
     zero = "\n".join(f"        n{r} = 0" for r in R)
+    row = f"""{zero}
+        k0 = inner_lo
+        while k0 < inner_hi:
+            m = min(BLOCK, inner_hi - k0)
+{sinks}
+            for i in range(nops):
+                offs[i] += m * steps[i]
+            k0 += m
+{ends}"""
+    run = ""
+    if direct:
+        # a sum over an outer axis: the rows of the axis next to the innermost in one call
+        # (:func:`column_rows`), each added into its accumulator row in the odometer's order,
+        # not an odometer step and a sink call per row
+        run = f"""        if colrun:
+            end2 = hi if split == nd - 2 else meta[RMETA.SHAPE + nd - 2]
+            column_rows(spec, addrs[0] + offs[0] * {_itemsize(name0)}, end2 - idx[nd - 2],
+                        inner_hi - inner_lo, run_in, addrs[nin], offs[nin], run_out,
+                        steps[nin])
+            idx[nd - 2] = end2 - 1
+        else:
+"""
+    colrun = "" if not direct else f"""    colrun = nd >= 2 and split != nd - 1 and steps[0] == 1 \\
+        and meta[RMETA.MODE] == {COLUMN}
+    run_in = meta[RMETA.STRIDES + nd - 2] if nd >= 2 else 0
+    run_out = meta[RMETA.STRIDES + nin * MAX_DIMS + nd - 2] if nd >= 2 else 0
+"""
     source = f"""
 def impl(spec, pptrs, pmeta, t):
     meta = as_pointer(pmeta, _I64)
@@ -548,21 +605,13 @@ def impl(spec, pptrs, pmeta, t):
     inner_lo, inner_hi = 0, meta[RMETA.SHAPE + nd - 1]
     if split == nd - 1:
         inner_lo, inner_hi = lo, hi
-    while True:
+{colrun}    while True:
         for i in range(nops):
             o = 0
             for d in range(nd - 1):
                 o += idx[d] * meta[RMETA.STRIDES + i * MAX_DIMS + d]
             offs[i] = o + inner_lo * steps[i]
-{zero}
-        k0 = inner_lo
-        while k0 < inner_hi:
-            m = min(BLOCK, inner_hi - k0)
-{sinks}
-            for i in range(nops):
-                offs[i] += m * steps[i]
-            k0 += m
-{ends}
+{run}{textwrap.indent(row, "    ") if run else row}
         d = nd - 2  # the odometer over the outer axes (the split one within [lo, hi))
         while d >= 0:
             idx[d] += 1
