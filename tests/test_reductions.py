@@ -414,3 +414,68 @@ def test_a_sum_over_outer_axes_runs_its_rows_in_one_loop_and_reads_every_row(dty
                 got = jitops.sum_to(g, to)
             assert got.dtype == g.dtype
             np.testing.assert_array_equal(got, want.astype(dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_short_rows_are_mapped_a_block_of_rows_at_a_time(dtype):
+    """A pass over short rows (a row-broadcast's gradient, a user reduction over the leading
+    axis) maps a block of whole rows in one call and hands each result the block
+    (jitops.cpu.kernels.reduce.map_rows): stored rows land where they belong, summed ones
+    add into their own accumulator, whatever the views' steps. Small integer values keep
+    every sum exact, so a row dropped, read twice or put in the wrong place shows."""
+    rng = np.random.default_rng(22)
+    for n, c, view in ((4096, 64, np.s_[:, :]), (3000, 10, np.s_[:, ::-1]),
+                       (600, 9, np.s_[::2, 1:]), (40, 200, np.s_[:, :]), (7, 3, np.s_[:, :])):
+        x, dout = (rng.integers(-6, 7, (n, c + 1)).astype(dtype)[view] for _ in range(2))
+        b = rng.integers(1, 4, x.shape[1]).astype(dtype)
+        wide = dout.astype(np.float64)
+        for threads in (1, 2):
+            with jitops.threads(threads):
+                dx, db = jitops.elementwise_add_grad(x, b, dout)
+                mx, mb = jitops.elementwise_mul_grad(x, b, dout)
+            np.testing.assert_array_equal(dx, dout)
+            np.testing.assert_array_equal(db, wide.sum(axis=0).astype(dtype))
+            np.testing.assert_array_equal(mx, (wide * b).astype(dtype))
+            np.testing.assert_array_equal(mb, (wide * x).sum(axis=0).astype(dtype))
+        a = x.astype(np.float64)
+        a[::5, ::3] = np.nan
+        for how, ref in (("max", np.max), ("min", np.min), ("sum", np.sum)):
+            op = jitops.reduce(lambda u, v: u - v, how, axis=0)
+            with np.errstate(all="raise"):  # NaNs compared quietly, as NumPy's max does
+                np.testing.assert_array_equal(op(a, b), ref(a - b, axis=0))
+        pair = jitops.elementwise(lambda u, v: (u - v, u * v))
+        o1, o2 = (np.empty(x.shape[::-1], np.float64).T for _ in range(2))
+        pair(a, b, out=(o1, o2))
+        np.testing.assert_array_equal(o1, a - b)
+        np.testing.assert_array_equal(o2, a * b)
+    # rows apart in both the operand and the results: a kept axis next to the rows
+    cube = rng.integers(-6, 7, (300, 8, 5)).astype(dtype)[:, ::2, :]
+    both = jitops.elementwise(lambda u: (u * 2, u), reduce=(None, "sum"), axis=0)
+    stored, summed = both(cube)
+    np.testing.assert_array_equal(stored, cube * 2)
+    np.testing.assert_array_equal(summed, cube.astype(np.float64).sum(axis=0).astype(dtype))
+    # an operand in Fortran order: the pass walks its columns, the stored rows strided
+    ft = np.asfortranarray(rng.integers(-6, 7, (100, 3000)).astype(dtype))
+    diff, prod = jitops.elementwise(lambda u, v: (u - v, u * v))(ft, ft[:, ::-1])
+    np.testing.assert_array_equal(diff, ft - ft[:, ::-1])
+    np.testing.assert_array_equal(prod, ft * ft[:, ::-1])
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "float16"])
+def test_max_and_min_compare_nans_and_zeros_quietly_as_numpy(dtype):
+    """max/min reductions in vector lanes: NaN wins and warns nothing (an ordered comparison
+    of a NaN in a lane LLVM computed anyway had raised *invalid*), zeros and infinities
+    order as NumPy's; over the rows' own axis and an outer one. (Which zero a tie of -0.0
+    and +0.0 keeps follows NumPy's SIMD lanes there, not a rule: values only.)"""
+    rng = np.random.default_rng(23)
+    special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, 1.5, -2.0, 1e-300, 3.0])
+    for shape in ((64, 33), (7, 4), (500, 3), (3, 500)):
+        a = rng.choice(special, shape).astype(dtype)
+        a[:, ::7] = np.where(np.isnan(a[:, ::7]), 0.0, a[:, ::7])  # columns without NaN
+        for how, ref in (("max", np.max), ("min", np.min)):
+            for axis in (0, 1, None):
+                op = jitops.reduce(lambda v: v, how, axis=axis)
+                with np.errstate(all="raise"):
+                    got = op(a)
+                want = ref(a, axis=axis)
+                np.testing.assert_array_equal(got, want)

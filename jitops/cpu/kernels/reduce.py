@@ -26,9 +26,11 @@ from __future__ import annotations
 import textwrap
 
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
 from numba.extending import (
     NativeValue,
+    intrinsic,
     models,
     overload,
     register_model,
@@ -129,17 +131,41 @@ def _prod(a, v):
     return a * v
 
 
+@intrinsic
+def _order_key(typingctx, x):
+    """A float's bits as a signed integer ordered as the float is (-0.0 as +0.0): compared as
+    integers, which raise nothing whatever lanes the vectoriser computes."""
+    if not isinstance(x, types.Float):
+        return None
+    width = x.bitwidth
+    sig = (types.int64 if width == 64 else types.int32)(x)
+
+    def codegen(context, builder, signature, args):
+        v = builder.fadd(args[0], ir.Constant(args[0].type, 0.0))  # -0.0 + 0.0 is +0.0
+        bits = builder.bitcast(v, ir.IntType(width))
+        flip = builder.lshr(builder.ashr(bits, ir.Constant(bits.type, width - 1)),
+                            ir.Constant(bits.type, 1))  # a negative's magnitude bits
+        return builder.xor(bits, flip)
+
+    return sig, codegen
+
+
 def _quiet(greater: bool, A):
     """NumPy's maximum (``greater``) or minimum of an accumulator ``a`` of type ``A`` and a
-    value: a NaN wins (the earlier one). Compared quietly: an ordered comparison of a NaN
-    raises *invalid* in vector code, so NaNs are replaced by 0 before comparing (equality
-    tests are quiet)."""
+    value: a NaN wins (the earlier one). Compared quietly: NaNs are replaced by 0 (equality
+    tests are quiet) and floats compared by :func:`_order_key`, since LLVM compares the
+    unreplaced value in the lanes whose answer the NaN test discards, and an ordered float
+    comparison of a NaN raises *invalid*."""
     z = A(0)
+    if not isinstance(A, types.Float):
+        def pick(a, v):
+            return a if (a >= v if greater else a <= v) else v
+        return inner(pick)
 
     def pick(a, v):
         a_ok, v_ok = a == a, v == v
-        x = a if a_ok else z
-        y = v if v_ok else z
+        x = _order_key(a if a_ok else z)
+        y = _order_key(v if v_ok else z)
         return a if not a_ok or (v_ok and (x >= y if greater else x <= y)) else v
 
     return inner(pick)
@@ -435,6 +461,98 @@ def _make_sink(r: int):
 SINKS = [_make_sink(r) for r in range(MAX_RESULTS)]
 
 
+@inner
+def _stage_rows(p, o, s, jump, n, rows, st):
+    """``rows`` rows of ``n`` elements of ``p`` (row ``r`` from ``o + r * jump``, every ``s``)
+    into ``st``, one after another."""
+    for r in range(rows):
+        base = o + r * jump
+        for k in range(n):
+            st[r * n + k] = p[base + k * s]
+
+
+def map_rows(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):
+    """Map ``rows`` short rows of ``n`` elements (input ``i``'s row ``r`` at ``offs[i] +
+    r * jumps[i]``) into the results' buffers, one row after another: one call and one
+    vectorised loop for the block where :func:`map_block` would make one per row."""
+
+
+@overload(map_rows, jit_options=INNER)
+def _ov_map_rows(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):
+    if not isinstance(spec, ReduceSpecType):
+        return None
+    k = len(spec.results)
+    ns = {**_namespace(spec), "_stage_rows": _stage_rows}
+    lines, args = [], []
+    for i, name in enumerate(spec.inputs):
+        ns[f"S{i}"], ns[f"L{i}"] = storage(name), load_word(name)
+        lines += [f"    a{i} = ptrs[{i}] + offs[{i}] * {_itemsize(name)}",
+                  f"    if steps[{i}] != 1 or (rows > 1 and jumps[{i}] != n):",
+                  f"        _stage_rows(as_pointer(ptrs[{i}], S{i}), offs[{i}], steps[{i}], "
+                  f"jumps[{i}], n, rows, as_pointer(st + {i * _STAGE_BYTES}, S{i}))",
+                  f"        a{i} = st + {i * _STAGE_BYTES}",
+                  f"    q{i} = as_pointer(a{i}, S{i})"]
+        args.append(f"T(L{i}(q{i}[j]))")
+    args = ", ".join(args)
+    lines = ["def impl(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):", *lines]
+    lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
+    if len(value_types(spec)) == 1 and k == 1:
+        lines += ["    for j in range(n * rows):", f"        b0[j] = FN({args})"]
+    else:
+        names = ", ".join(f"g{r}" for r in range(k))
+        lines += ["    for j in range(n * rows):", f"        {names} = FN({args})"]
+        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
+    exec(compile("\n".join(lines) + "\n", f"<jitops row map of {len(spec.inputs)} inputs>",
+                 "exec"), ns)
+    return ns["impl"]
+
+
+def _make_rows_sink(r: int):
+    def sink(spec, buf, n, rows, addr, o, s, jump):
+        """Result ``r``'s share of a block of short rows (:func:`map_rows`): stored, or each
+        value combined into its accumulator element row after row (the COLUMN order)."""
+
+    def ov(spec, buf, n, rows, addr, o, s, jump):
+        if not isinstance(spec, ReduceSpecType):
+            return None
+        name, how, acc = spec.results[r]
+        if how == "store":
+            St = storage(name)
+            put = CONVERSIONS[name][1] if name in CONVERSIONS else \
+                to_bool_byte if name == "bool" else cast_to(St)
+
+            def store(spec, buf, n, rows, addr, o, s, jump):
+                p = as_pointer(addr, St)
+                if s == 1 and jump == n:  # the block's rows are one run of the array
+                    for j in range(n * rows):
+                        p[o + j] = put(buf[j])
+                else:
+                    for i in range(rows):
+                        for k in range(n):
+                            p[o + i * jump + k * s] = put(buf[i * n + k])
+                return 0
+            return store
+        A = from_dtype(np.dtype(acc))
+        combine = combiner(how, A)
+        conv = _keep if how in ("any", "all") else A
+
+        def impl(spec, buf, n, rows, addr, o, s, jump):
+            a = as_pointer(addr, A)
+            for i in range(rows):
+                at = o + i * jump
+                for k in range(n):
+                    a[at + k * s] = A(combine(a[at + k * s], conv(buf[i * n + k])))
+            return 0
+        return impl
+
+    sink.__name__ = sink.__qualname__ = f"rows_sink{r}"
+    overload(sink, jit_options=INNER)(ov)
+    return sink
+
+
+ROWS_SINKS = [_make_rows_sink(r) for r in range(MAX_RESULTS)]
+
+
 def column_rows(spec, src, rows, m, run_in, addr, o, run_out, s):
     """A direct sum over an outer axis: ``rows`` rows of ``m`` unit-stride input words from
     address ``src`` (``run_in`` elements apart) each added into its accumulator row (from
@@ -511,7 +629,8 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
         and name0 != "complex64" and spec.results[0][1] == "sum"
     ns = {"np": np, "as_pointer": as_pointer, "stack_words": stack_words, "RMETA": RMETA,
           "MAX_DIMS": MAX_DIMS, "BLOCK": BLOCK, "map_block": map_block, "row_end": row_end,
-          "sum_block": sum_block, "column_rows": column_rows,
+          "sum_block": sum_block, "column_rows": column_rows, "map_rows": map_rows,
+          **{f"rows_sink{r}": ROWS_SINKS[r] for r in range(nres)},
           "_I64": _I64, "S0": storage(name0), "STAGE": _STAGE_BYTES * len(spec.inputs),
           **{f"sink{r}": SINKS[r] for r in range(nres)},
           **{f"V{r}": vals[r] for r in range(nres)},
@@ -561,6 +680,27 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
             k0 += m
 {ends}"""
     run = ""
+    if not direct:
+        # short rows (a row-broadcast's): a block of whole rows of the axis next to the
+        # innermost mapped and taken by each result in one call each, not a map and a sink
+        # call per row; the same values combined in the same order
+        rsinks = "\n".join(
+            f"                rows_sink{r}(spec, bf{r}, n, rr, addrs[nin + {r}], "
+            f"offs[nin + {r}], steps[nin + {r}], jumps[nin + {r}])" for r in R)
+        run = f"""        if rowblock:
+            end2 = hi if split == nd - 2 else meta[RMETA.SHAPE + nd - 2]
+            n = inner_hi - inner_lo
+            r0 = idx[nd - 2]
+            while r0 < end2:
+                rr = min(BLOCK // n, end2 - r0)
+                map_rows(spec, addrs, offs, steps, jumps, n, rr, ({bufs}), st)
+{rsinks}
+                for i in range(nops):
+                    offs[i] += rr * jumps[i]
+                r0 += rr
+            idx[nd - 2] = end2 - 1
+        else:
+"""
     if direct:
         # a sum over an outer axis: the rows of the axis next to the innermost in one call
         # (:func:`column_rows`), each added into its accumulator row in the odometer's order,
@@ -573,10 +713,19 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
             idx[nd - 2] = end2 - 1
         else:
 """
-    colrun = "" if not direct else f"""    colrun = nd >= 2 and split != nd - 1 and steps[0] == 1 \\
+    no_row = " and ".join(f"meta[RMETA.MODE + {r}] != {ROW}" for r in R)
+    if direct:  # (the flags and strides, once per task)
+        setup = f"""    colrun = nd >= 2 and split != nd - 1 and steps[0] == 1 \\
         and meta[RMETA.MODE] == {COLUMN}
     run_in = meta[RMETA.STRIDES + nd - 2] if nd >= 2 else 0
     run_out = meta[RMETA.STRIDES + nin * MAX_DIMS + nd - 2] if nd >= 2 else 0
+"""
+    else:
+        setup = f"""    rowblock = nd >= 2 and split != nd - 1 \\
+        and 2 * (inner_hi - inner_lo) <= BLOCK and {no_row}
+    jumps = stack_words()
+    for i in range(nops):
+        jumps[i] = meta[RMETA.STRIDES + i * MAX_DIMS + nd - 2] if nd >= 2 else 0
 """
     source = f"""
 def impl(spec, pptrs, pmeta, t):
@@ -605,7 +754,7 @@ def impl(spec, pptrs, pmeta, t):
     inner_lo, inner_hi = 0, meta[RMETA.SHAPE + nd - 1]
     if split == nd - 1:
         inner_lo, inner_hi = lo, hi
-{colrun}    while True:
+{setup}    while True:
         for i in range(nops):
             o = 0
             for d in range(nd - 1):
