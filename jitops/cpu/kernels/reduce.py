@@ -13,6 +13,11 @@ takes its block by its *how* (a compile-time part of the spec) and its mode (the
 * ``COLUMN``: the result keeps the row's axis and reduces an outer one: each value combined
   into its accumulator element in order (NumPy's order for an outer reduction).
 
+Short rows (a row-broadcast's, at most half a block) are mapped a block of whole rows at a
+time (:func:`map_rows`) where no result reduces the row, and sum_to's sum over an outer axis
+takes a whole run of rows in one loop (:func:`column_rows`): the same values combined in the
+same order as row by row, without a call per row.
+
 Accumulators are float64 for float sums and products (complex128, int64, uint64 otherwise),
 so a float32 sum keeps ~29 more bits than NumPy's float32 pairwise sum; ``max``/``min``
 propagate NaN as NumPy's; ``any``/``all`` are bytes. A task whose split axis a result
