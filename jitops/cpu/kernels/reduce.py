@@ -309,6 +309,16 @@ def _stage(p, o, s, m, st):
             st[k] = p[o + k * s]
 
 
+@inner
+def _stage_rows(p, o, s, jump, n, rows, st):
+    """``rows`` rows of ``n`` elements of ``p`` (row ``r`` from ``o + r * jump``, every ``s``)
+    into ``st``, one after another."""
+    for r in range(rows):
+        base = o + r * jump
+        for k in range(n):
+            st[r * n + k] = p[base + k * s]
+
+
 def _itemsize(name: str) -> int:
     return 2 if name in CONVERSIONS else 1 if name == "bool" else np.dtype(name).itemsize
 
@@ -332,46 +342,55 @@ def map_block(spec, ptrs, offs, steps, m, bufs, st):
     itself is one unit-stride loop (vectorised) whatever the broadcast mix."""
 
 
-def _prologue(spec, ns: dict) -> tuple[list[str], str]:
+def _prologue(spec, ns: dict, rows: bool = False) -> tuple[list[str], str]:
     """Source lines putting each input's ``m`` row values behind a pointer ``q<i>`` (in
-    place, or staged at ``st``), and the argument list of the function's call at ``j``."""
+    place, or staged at ``st``), and the argument list of the function's call at ``j``;
+    ``rows``: ``rows`` rows of ``n`` values instead, row ``r`` ``jumps[i]`` apart (in place
+    where they follow one another)."""
     lines, args = [], []
     for i, name in enumerate(spec.inputs):
         ns[f"S{i}"], ns[f"L{i}"] = storage(name), load_word(name)
-        lines += [f"    a{i} = ptrs[{i}] + offs[{i}] * {_itemsize(name)}",
-                  f"    if steps[{i}] != 1:",
-                  f"        _stage(as_pointer(ptrs[{i}], S{i}), offs[{i}], steps[{i}], m, "
-                  f"as_pointer(st + {i * _STAGE_BYTES}, S{i}))",
-                  f"        a{i} = st + {i * _STAGE_BYTES}",
-                  f"    q{i} = as_pointer(a{i}, S{i})"]
+        src, at = f"as_pointer(ptrs[{i}], S{i}), offs[{i}], steps[{i}]", \
+            f"as_pointer(st + {i * _STAGE_BYTES}, S{i})"
+        lines += [f"    a{i} = ptrs[{i}] + offs[{i}] * {_itemsize(name)}"]
+        lines += [f"    if steps[{i}] != 1 or (rows > 1 and jumps[{i}] != n):",
+                  f"        _stage_rows({src}, jumps[{i}], n, rows, {at})"] if rows else \
+            [f"    if steps[{i}] != 1:", f"        _stage({src}, m, {at})"]
+        lines += [f"        a{i} = st + {i * _STAGE_BYTES}", f"    q{i} = as_pointer(a{i}, S{i})"]
         args.append(f"T(L{i}(q{i}[j]))")
     return lines, ", ".join(args)
+
+
+def _map_source(spec, ns: dict, params: str, count: str, rows: bool = False):
+    """The map's compiled body: the inputs behind pointers (:func:`_prologue`), then the
+    function at each of ``count`` positions, its values into the results' buffers."""
+    k = len(spec.results)
+    lines, args = _prologue(spec, ns, rows)
+    lines = [f"def impl(spec, {params}):", *lines]
+    lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
+    if len(value_types(spec)) == 1 and k == 1:
+        lines += [f"    for j in range({count}):", f"        b0[j] = FN({args})"]
+    else:
+        names = ", ".join(f"g{r}" for r in range(k))
+        lines += [f"    for j in range({count}):", f"        {names} = FN({args})"]
+        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
+    what = "row map" if rows else "map"
+    exec(compile("\n".join(lines) + "\n", f"<jitops {what} of {len(spec.inputs)} inputs>",
+                 "exec"), ns)
+    return ns["impl"]
 
 
 def _namespace(spec) -> dict:
     return {"FN": nary.compiled_function(_function(spec)),
             "T": from_dtype(np.dtype(spec.compute)), "as_pointer": as_pointer,
-            "_stage": _stage, "_push": _push}
+            "_stage": _stage, "_stage_rows": _stage_rows, "_push": _push}
 
 
 @overload(map_block, jit_options=INNER)
 def _ov_map_block(spec, ptrs, offs, steps, m, bufs, st):
     if not isinstance(spec, ReduceSpecType):
         return None
-    k = len(spec.results)
-    ns = _namespace(spec)
-    lines, args = _prologue(spec, ns)
-    lines = ["def impl(spec, ptrs, offs, steps, m, bufs, st):", *lines]
-    lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
-    if len(value_types(spec)) == 1 and k == 1:
-        lines += ["    for j in range(m):", f"        b0[j] = FN({args})"]
-    else:
-        names = ", ".join(f"g{r}" for r in range(k))
-        lines += ["    for j in range(m):", f"        {names} = FN({args})"]
-        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
-    exec(compile("\n".join(lines) + "\n", f"<jitops map of {len(spec.inputs)} inputs>",
-                 "exec"), ns)
-    return ns["impl"]
+    return _map_source(spec, _namespace(spec), "ptrs, offs, steps, m, bufs, st", "m")
 
 
 def sum_block(spec, ptrs, offs, steps, m, st, lev, count):
@@ -399,6 +418,15 @@ def _ov_sum_block(spec, ptrs, offs, steps, m, st, lev, count):
                   "        _push(lev, count, s)", "        count += 1", "    return count"]
     exec(compile("\n".join(lines) + "\n", "<jitops fused sum>", "exec"), ns)
     return ns["impl"]
+
+
+def _per_result(stub, ov, name: str):
+    """``stub`` named ``name`` and overloaded by ``ov``: a function of one result index (its
+    overload reads that result's dtype and reduction from the spec, so each index is its own
+    function)."""
+    stub.__name__ = stub.__qualname__ = name
+    overload(stub, jit_options=INNER)(ov)
+    return stub
 
 
 def _make_sink(r: int):
@@ -458,22 +486,10 @@ def _make_sink(r: int):
 
         return impl
 
-    sink.__name__ = sink.__qualname__ = f"sink{r}"
-    overload(sink, jit_options=INNER)(ov)
-    return sink
+    return _per_result(sink, ov, f"sink{r}")
 
 
 SINKS = [_make_sink(r) for r in range(MAX_RESULTS)]
-
-
-@inner
-def _stage_rows(p, o, s, jump, n, rows, st):
-    """``rows`` rows of ``n`` elements of ``p`` (row ``r`` from ``o + r * jump``, every ``s``)
-    into ``st``, one after another."""
-    for r in range(rows):
-        base = o + r * jump
-        for k in range(n):
-            st[r * n + k] = p[base + k * s]
 
 
 def map_rows(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):
@@ -486,30 +502,8 @@ def map_rows(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):
 def _ov_map_rows(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):
     if not isinstance(spec, ReduceSpecType):
         return None
-    k = len(spec.results)
-    ns = {**_namespace(spec), "_stage_rows": _stage_rows}
-    lines, args = [], []
-    for i, name in enumerate(spec.inputs):
-        ns[f"S{i}"], ns[f"L{i}"] = storage(name), load_word(name)
-        lines += [f"    a{i} = ptrs[{i}] + offs[{i}] * {_itemsize(name)}",
-                  f"    if steps[{i}] != 1 or (rows > 1 and jumps[{i}] != n):",
-                  f"        _stage_rows(as_pointer(ptrs[{i}], S{i}), offs[{i}], steps[{i}], "
-                  f"jumps[{i}], n, rows, as_pointer(st + {i * _STAGE_BYTES}, S{i}))",
-                  f"        a{i} = st + {i * _STAGE_BYTES}",
-                  f"    q{i} = as_pointer(a{i}, S{i})"]
-        args.append(f"T(L{i}(q{i}[j]))")
-    args = ", ".join(args)
-    lines = ["def impl(spec, ptrs, offs, steps, jumps, n, rows, bufs, st):", *lines]
-    lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
-    if len(value_types(spec)) == 1 and k == 1:
-        lines += ["    for j in range(n * rows):", f"        b0[j] = FN({args})"]
-    else:
-        names = ", ".join(f"g{r}" for r in range(k))
-        lines += ["    for j in range(n * rows):", f"        {names} = FN({args})"]
-        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
-    exec(compile("\n".join(lines) + "\n", f"<jitops row map of {len(spec.inputs)} inputs>",
-                 "exec"), ns)
-    return ns["impl"]
+    return _map_source(spec, _namespace(spec), "ptrs, offs, steps, jumps, n, rows, bufs, st",
+                       "n * rows", rows=True)
 
 
 def _make_rows_sink(r: int):
@@ -550,9 +544,7 @@ def _make_rows_sink(r: int):
             return 0
         return impl
 
-    sink.__name__ = sink.__qualname__ = f"rows_sink{r}"
-    overload(sink, jit_options=INNER)(ov)
-    return sink
+    return _per_result(sink, ov, f"rows_sink{r}")
 
 
 ROWS_SINKS = [_make_rows_sink(r) for r in range(MAX_RESULTS)]
