@@ -15,8 +15,9 @@ takes its block by its *how* (a compile-time part of the spec) and its mode (the
 
 Short rows (a row-broadcast's, at most half a block) are mapped a block of whole rows at a
 time (:func:`map_rows`) where no result reduces the row, and sum_to's sum over an outer axis
-takes a whole run of rows in one loop (:func:`column_rows`): the same values combined in the
-same order as row by row, without a call per row.
+takes a whole run of rows in one loop (:func:`column_rows`); rows that share one accumulator
+row are added four per visit of it. The same values are combined in the same order as row
+by row, without a call per row.
 
 Accumulators are float64 for float sums and products (complex128, int64, uint64 otherwise),
 so a float32 sum keeps ~29 more bits than NumPy's float32 pairwise sum; ``max``/``min``
@@ -532,12 +533,23 @@ def _make_rows_sink(r: int):
                 return 0
             return store
         A = from_dtype(np.dtype(acc))
+        asize = np.dtype(acc).itemsize
         combine = combiner(how, A)
         conv = _keep if how in ("any", "all") else A
 
         def impl(spec, buf, n, rows, addr, o, s, jump):
             a = as_pointer(addr, A)
-            for i in range(rows):
+            i0 = 0
+            if s == 1 and jump == 0:  # one accumulator row: four rows per visit, in order
+                q = as_pointer(addr + o * asize, A)
+                while i0 + 4 <= rows:
+                    j = i0 * n
+                    for k in range(n):
+                        q[k] = A(combine(A(combine(A(combine(A(combine(
+                            q[k], conv(buf[j + k]))), conv(buf[j + n + k]))),
+                            conv(buf[j + 2 * n + k]))), conv(buf[j + 3 * n + k])))
+                    i0 += 4
+            for i in range(i0, rows):
                 at = o + i * jump
                 for k in range(n):
                     a[at + k * s] = A(combine(a[at + k * s], conv(buf[i * n + k])))
@@ -565,7 +577,19 @@ def _ov_column_rows(spec, src, rows, m, run_in, addr, o, run_out, s):
     size, asize = _itemsize(spec.inputs[0]), np.dtype(spec.results[0][2]).itemsize
 
     def impl(spec, src, rows, m, run_in, addr, o, run_out, s):
-        for r in range(rows):
+        r0 = 0
+        if s == 1 and run_out == 0:  # one accumulator row: four rows added per visit of it
+            a = as_pointer(addr + o * asize, A)
+            step = run_in * size
+            while r0 + 4 <= rows:
+                q0 = as_pointer(src + r0 * step, S)
+                q1 = as_pointer(src + (r0 + 1) * step, S)
+                q2 = as_pointer(src + (r0 + 2) * step, S)
+                q3 = as_pointer(src + (r0 + 3) * step, S)
+                for k in range(m):  # (the rows' order: the same additions, the same bits)
+                    a[k] = A(A(A(A(a[k] + A(q0[k])) + A(q1[k])) + A(q2[k])) + A(q3[k]))
+                r0 += 4
+        for r in range(r0, rows):
             q = as_pointer(src + r * run_in * size, S)
             if s == 1:  # unit-stride: a loop the compiler vectorises
                 a = as_pointer(addr + (o + r * run_out) * asize, A)
