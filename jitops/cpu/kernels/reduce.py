@@ -700,11 +700,34 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
                 offs[i] += m * steps[i]
             k0 += m
 {ends}"""
-    run = ""
-    if not direct:
+    if direct:
+        # a sum over an outer axis: the rows of the axis next to the innermost in one call
+        # (:func:`column_rows`), each added into its accumulator row in the odometer's order,
+        # not an odometer step and a sink call per row
+        setup = f"""    colrun = nd >= 2 and split != nd - 1 and steps[0] == 1 \\
+        and meta[RMETA.MODE] == {COLUMN}
+    run_in = meta[RMETA.STRIDES + nd - 2] if nd >= 2 else 0
+    run_out = meta[RMETA.STRIDES + nin * MAX_DIMS + nd - 2] if nd >= 2 else 0
+"""
+        run = f"""        if colrun:
+            end2 = hi if split == nd - 2 else meta[RMETA.SHAPE + nd - 2]
+            column_rows(spec, addrs[0] + offs[0] * {_itemsize(name0)}, end2 - idx[nd - 2],
+                        inner_hi - inner_lo, run_in, addrs[nin], offs[nin], run_out,
+                        steps[nin])
+            idx[nd - 2] = end2 - 1
+        else:
+"""
+    else:
         # short rows (a row-broadcast's): a block of whole rows of the axis next to the
         # innermost mapped and taken by each result in one call each, not a map and a sink
         # call per row; the same values combined in the same order
+        no_row = " and ".join(f"meta[RMETA.MODE + {r}] != {ROW}" for r in R)
+        setup = f"""    rowblock = nd >= 2 and split != nd - 1 \\
+        and 2 * (inner_hi - inner_lo) <= BLOCK and {no_row}
+    jumps = stack_words()
+    for i in range(nops):
+        jumps[i] = meta[RMETA.STRIDES + i * MAX_DIMS + nd - 2] if nd >= 2 else 0
+"""
         rsinks = "\n".join(
             f"                rows_sink{r}(spec, bf{r}, n, rr, addrs[nin + {r}], "
             f"offs[nin + {r}], steps[nin + {r}], jumps[nin + {r}])" for r in R)
@@ -721,32 +744,6 @@ def _ov_reduce_task(spec, pptrs, pmeta, t):
                 r0 += rr
             idx[nd - 2] = end2 - 1
         else:
-"""
-    if direct:
-        # a sum over an outer axis: the rows of the axis next to the innermost in one call
-        # (:func:`column_rows`), each added into its accumulator row in the odometer's order,
-        # not an odometer step and a sink call per row
-        run = f"""        if colrun:
-            end2 = hi if split == nd - 2 else meta[RMETA.SHAPE + nd - 2]
-            column_rows(spec, addrs[0] + offs[0] * {_itemsize(name0)}, end2 - idx[nd - 2],
-                        inner_hi - inner_lo, run_in, addrs[nin], offs[nin], run_out,
-                        steps[nin])
-            idx[nd - 2] = end2 - 1
-        else:
-"""
-    no_row = " and ".join(f"meta[RMETA.MODE + {r}] != {ROW}" for r in R)
-    if direct:  # (the flags and strides, once per task)
-        setup = f"""    colrun = nd >= 2 and split != nd - 1 and steps[0] == 1 \\
-        and meta[RMETA.MODE] == {COLUMN}
-    run_in = meta[RMETA.STRIDES + nd - 2] if nd >= 2 else 0
-    run_out = meta[RMETA.STRIDES + nin * MAX_DIMS + nd - 2] if nd >= 2 else 0
-"""
-    else:
-        setup = f"""    rowblock = nd >= 2 and split != nd - 1 \\
-        and 2 * (inner_hi - inner_lo) <= BLOCK and {no_row}
-    jumps = stack_words()
-    for i in range(nops):
-        jumps[i] = meta[RMETA.STRIDES + i * MAX_DIMS + nd - 2] if nd >= 2 else 0
 """
     source = f"""
 def impl(spec, pptrs, pmeta, t):
@@ -781,7 +778,7 @@ def impl(spec, pptrs, pmeta, t):
             for d in range(nd - 1):
                 o += idx[d] * meta[RMETA.STRIDES + i * MAX_DIMS + d]
             offs[i] = o + inner_lo * steps[i]
-{run}{textwrap.indent(row, "    ") if run else row}
+{run}{textwrap.indent(row, "    ")}
         d = nd - 2  # the odometer over the outer axes (the split one within [lo, hi))
         while d >= 0:
             idx[d] += 1
