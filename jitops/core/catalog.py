@@ -136,14 +136,29 @@ def power_one_exponent(result: np.dtype, x: tuple, y: tuple, out: tuple) -> bool
     return not y or not all(s == () or s == out for s in (x, y))
 
 
-#: Scalar entries the CPU kernels never write with non-temporal stores: power's fast path
-#: vectorises where LLVM splits its loop by the exponent, which it does for a row's plain
-#: loop and not for the streamed pair, where it computes ``pow`` in every lane instead
-#: (x ** 2 on 1e7 float32: 2 ms plain, 23 ms streamed).
-NOT_STREAMED = frozenset({"power_float_one_exponent"})
-#: Ops whose scalar entry an operand's size chooses (power_one_exponent): a shape class,
-#: which generalises over sizes, takes their calls only where every member gets one entry.
-SIZE_DECIDED = frozenset({"power"})
+#: Signed floor divisions in float or double and their entry for a divisor of one element
+#: (NumPy's libdivide case): one reciprocal a row, then a multiplication per element.
+BY_ONE_DIVISOR = {f"floor_divide_signed_{b}": f"floor_divide_signed_{b}_by_one"
+                  for b in (8, 16, 32)}
+
+
+def by_one_divisor(impl: str, y: tuple, out: tuple) -> str:
+    """``impl``'s entry for a divisor of shape ``y`` (result ``out``): the
+    :data:`BY_ONE_DIVISOR` entry where one divisor is broadcast over a larger result (both
+    entries are exact; this one is faster there, slower where divisors vary)."""
+    if impl in BY_ONE_DIVISOR and all(n == 1 for n in y) and tuple(y) != tuple(out):
+        return BY_ONE_DIVISOR[impl]
+    return impl
+
+
+#: Scalar entries the CPU kernels never write with non-temporal stores: they vectorise where
+#: LLVM splits a row's plain loop by the one exponent or divisor, which it does not do for the
+#: streamed pair (x ** 2 on 1e7 float32: 2 ms plain, 23 ms streamed).
+NOT_STREAMED = frozenset({"power_float_one_exponent", *BY_ONE_DIVISOR.values()})
+#: Ops whose scalar entry an operand's size chooses (power_one_exponent, BY_ONE_DIVISOR): a
+#: shape class, which generalises over sizes, takes their calls only where every member gets
+#: one entry.
+SIZE_DECIDED = frozenset({"power", "floor_divide"})
 
 
 def _paddle_floor(result: np.dtype) -> str:

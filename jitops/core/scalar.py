@@ -432,6 +432,36 @@ def _floor_divide_narrow(bits):
 NARROW_FLOOR_DIVIDES = {bits: _floor_divide_narrow(bits) for bits in (8, 16, 32)}
 
 
+def _floor_divide_by_one(bits):
+    """:func:`_floor_divide_narrow` where one divisor ``b`` serves the whole loop (NumPy's
+    libdivide case): ``floor(a * (1 / b) + 1 / (2|b|))``, a multiplication where that
+    divides, with ``1 / b`` computed once a row. The two divisors with flags, 0 (*divide*)
+    and -1 (*overflow* for the minimum), take one branch, which the compiler lifts out of
+    the loop (its test is of ``b`` alone), leaving a loop that vectorises.
+    Exact: the product is within ``2**-8 / |b|`` of ``a / b`` (float, 16 bits; double,
+    32 bits: ``2**-21 / |b|``), a non-integer quotient is at least ``1 / |b|`` from an
+    integer, so the half-step lifts an integer quotient computed a little low and carries no
+    other across one."""
+    wide = single if bits <= 16 else double
+    half_w, one_w = wide(0.5), wide(1.0)
+
+    def floor_divide_by_one(a, b, T):
+        if (b == T(0)) | (b == T(-1)):  # one test: one loop lifted out
+            if b == T(0):
+                return raise_flags(DIVIDE, T(0))
+            if a != T(0) and a == T(-a):
+                return raise_flags(OVERFLOW, a)
+            return T(-a)
+        r = one_w / wide(b)
+        return T(floor_f(wide(a) * r + half_w * abs(r)))
+
+    return floor_divide_by_one
+
+
+#: Entries for a divisor of one element (the pipeline chooses them by its size).
+BY_ONE_FLOOR_DIVIDES = {bits: _floor_divide_by_one(bits) for bits in (8, 16, 32)}
+
+
 def _remainder_narrow(dividend_sign: bool):
     """NumPy's integer ``remainder`` (the divisor's sign) or, ``dividend_sign``, ``fmod`` (the
     dividend's), of integers of at most 32 bits, in double, as :func:`_floor_divide_narrow`:
@@ -966,6 +996,8 @@ for _bits, _f in OV_POWERS.items():
     OPS[f"ov_power_int_{_bits}"] = _f
 for _bits, _f in NARROW_FLOOR_DIVIDES.items():
     OPS[f"floor_divide_signed_{_bits}"] = _f
+for _bits, _f in BY_ONE_FLOOR_DIVIDES.items():
+    OPS[f"floor_divide_signed_{_bits}_by_one"] = _f
 for _bits, _f in PADDLE_NARROW_FLOOR_DIVIDES.items():
     OPS[f"paddle_floor_divide_signed_{_bits}"] = _f
 for _name, _f in NARROW_REMAINDERS.items():

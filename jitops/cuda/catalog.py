@@ -26,7 +26,7 @@ from numba import types
 from numba.np.numpy_support import from_dtype
 
 from .. import act
-from ..core.catalog import ROWS
+from ..core.catalog import BY_ONE_DIVISOR, ROWS
 from ..core.dtypes import SUPPORTED, implementation, kernel_op, resolve
 from ..core.scalar import ACT_NAMES
 from .spec import CudaSpec, register, storage_dtype
@@ -119,6 +119,10 @@ def family() -> Iterator[tuple[str, str, tuple]]:
         s = CudaSpec("op:power_float_one_exponent", None, (np.dtype(dt),) * 2, np.dtype(dt),
                      np.dtype(dt))
         yield "contig", f"power (one exponent) {dt}", contig_types(s)
+    for dt in ("int8", "int16", "int32"):  # floor division by one divisor (BY_ONE_DIVISOR)
+        s = builtin_spec("floor_divide", None, np.dtype(dt), np.dtype(dt))
+        s = CudaSpec("op:" + BY_ONE_DIVISOR[s.fn_key[3:]], None, s.inputs, s.out, s.compute)
+        yield "contig", f"floor_divide (one divisor) {dt}", contig_types(s)
 
 
 def catalog(full: bool = False) -> Iterator[tuple[str, str, tuple]]:

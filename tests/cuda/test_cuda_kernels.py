@@ -110,3 +110,18 @@ def test_complex_power_on_device(dt, rng):
     with np.errstate(all="ignore"):
         want = np.power(x, y)
     np.testing.assert_allclose(got, want, rtol=1e-5 if dt == np.complex64 else 1e-12)
+
+
+@pytest.mark.parametrize("dt", ["int8", "int16", "int32"])
+def test_floor_division_by_one_divisor_on_device(dt, rng):
+    """A divisor of one element takes the reciprocal-multiply entry on the device too
+    (jitops.core.catalog.BY_ONE_DIVISOR): NumPy's values for dividends at the extremes and
+    divisors 0 and -1 (their own branch), the width's minimum and odd ones."""
+    info = np.iinfo(dt)
+    x = np.concatenate([[info.min, info.min + 1, -1, 0, 1, info.max - 1, info.max],
+                        rng.integers(info.min, info.max, 57, endpoint=True)]).astype(dt)
+    for d in (7, -3, 1, -1, 0, int(info.min), int(info.max)):
+        with np.errstate(all="ignore"):
+            want = np.floor_divide(x, np.array(d, dt))
+            got = host(jitops.floor_divide(x, np.array([d], dt), device="cuda"))
+        assert got.dtype == want.dtype and np.array_equal(got, want), (dt, d)
