@@ -59,10 +59,7 @@ PARALLEL_THRESHOLD = env_int("JITOPS_PARALLEL_THRESHOLD", 65536)
 
 #: A call runs parallel only where it also moves at least ``PARALLEL_THRESHOLD`` times this
 #: many bytes (its output and the inputs it reads in full; 512 KiB): smaller elements need
-#: more of them to pay for a launch (:func:`parallel_size`). Measured here (2 threads, paired
-#: against NumPy, serial and parallel in alternate processes), the parallel call passed the
-#: serial one from 500-600 KB moved: int16 ``x - 3`` at 65,536 elements ran 0.65-0.73x
-#: NumPy parallel and 1.05x serially; int8 ``x - y`` at 100,000 0.52-0.80x against 1.00-1.05x.
+#: more of them to pay for a launch; parallel passed serial from 500-600 KB moved.
 PARALLEL_BYTES = env_int("JITOPS_PARALLEL_BYTES", 8)
 
 
@@ -74,17 +71,11 @@ def parallel_size(bytes_per_element: int) -> int:
 
 #: A repeated parallel call of fewer output elements than this runs serially where the
 #: thread pool's workers are asleep (the process was idle for milliseconds; whether it wakes
-#: them: ASLEEP_WAKE_WINDOW_S; jitops.dispatch). Measured after 2 ms asleep on the 2-core
-#: VM, float32 ``x - y`` into ``out=``: a woken worker took part in 3-5% of 1e5-element
-#: jobs, and the parallel launch's cold path made the call 0.57-0.70x NumPy's speed, where
-#: the serial compiled entry ran at 1.2x; 0 turns this off.
+#: them: ASLEEP_WAKE_WINDOW_S): a woken worker took part in 3-5% of 1e5-element jobs; 0 off.
 ASLEEP_SERIAL_MAX = env_int("JITOPS_ASLEEP_SERIAL_MAX", 1 << 18)
 #: Such a call wakes the workers only where the same call ran less than this long before
-#: (seconds): a burst of calls then gets them back, and calls further apart than the workers
-#: stay awake after a job (a few milliseconds of spinning and yielding) run serially and
-#: leave them asleep. Measured with 4 ms between calls (three alternated runs): 0.97-1.03x
-#: NumPy's speed at 1e5 and 2.5e5 elements, where waking them each time gave 0.72-0.83x,
-#: and each wake cost the workers that spell of CPU.
+#: (seconds): a burst of calls gets them back; calls further apart run serially and leave
+#: them asleep (waking them for calls 4 ms apart cost a quarter of the call's speed).
 ASLEEP_WAKE_WINDOW_S = 0.002
 
 #: Inner-loop block: one parallel task walks at most this many elements of a row, or packs
@@ -95,14 +86,9 @@ BLOCK = env_int("JITOPS_BLOCK", 65536, 1)
 BLOCK_MIN = 4096
 
 #: Tile of the ``tiled`` variant (rows x columns of the two innermost dims), for operands that
-#: disagree on layout (``X.T - Y``). Measured on 4096^2 transposes (benchmarks/): short and
-#: wide, walked down a column of tiles -- an input staged from across the rows then reads
-#: 8 elements of each of 512 of its rows, and the next tile down reads the rest of those
-#: same cache lines -- 8 x 512 gave 14 ms for float32 (10x NumPy) against 27-34 ms for
-#: 32 x 32, and was the best or near it for int8, int16 and float64 too. 16 x 256 was 5-10%
-#: faster on 4096^2 float32, float64 and int16 but 35% slower on 3162^2 int16 (three
-#: alternated rounds), and tiles wider than 512 (staged in bands) 1.6-2x slower. At most
-#: ``jitops.cpu.kernels.binary.TILE_MAX`` elements (a staged tile lives on the task's stack).
+#: disagree on layout (``X.T - Y``): short and wide, walked down a column of tiles, so the next
+#: tile reads the rest of the cache lines the last one touched (8 x 512: half 32 x 32's time on
+#: 4096^2 float32). At most ``jitops.cpu.kernels.binary.TILE_MAX`` elements (on the stack).
 TILE = (env_int("JITOPS_TILE_I", 8, 1), env_int("JITOPS_TILE_J", 512, 1))
 
 #: Whether tiled tasks move their tile edges onto the operands' cache lines (1, the default;
@@ -175,11 +161,9 @@ def cache_dir() -> str:
 CUDA_THREADS_PER_BLOCK = env_int("JITOPS_CUDA_THREADS_PER_BLOCK", 256, 1)
 CUDA_MAX_BLOCKS = env_int("JITOPS_CUDA_MAX_BLOCKS", 65535, 1)
 
-#: New results of at least this many bytes take their memory from jitops.cpu.recycle, which
-#: hands a large buffer that no array uses any more to the next result of its size instead of
-#: new pages the kernel must fault in and zero (4.5 ms of a 1e7 float32 subtract's 8 ms here).
-#: glibc's malloc already reuses freed blocks below its largest mmap threshold (32 MiB), where
-#: new and out= results measured the same.
+#: New results of at least this many bytes take their memory from jitops.cpu.recycle: a large
+#: buffer no array uses any more, not new pages to fault in and zero (4.5 ms of a 1e7 float32
+#: subtract's 8 ms); below, glibc's malloc reuses freed blocks itself.
 RECYCLE_MIN_BYTES = env_int("JITOPS_RECYCLE_MIN_BYTES", 16 << 20, 1)
 
 

@@ -35,15 +35,9 @@ CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED = "contig", "scalar_x", "scalar_y", "
 
 #: Tiles only pay when both tiled dims span several tiles; below this the strided rows are fine.
 TILE_MIN = 64
-#: Elements of 8 bytes or more tile only where it pays. Measured on ``X.T - Y`` (square, 64 to 4000
-#: a side, tiled against strided, paired against NumPy, two runs each on the 2-core VM): the
-#: strided walk won wherever the transposed operand's step along a row was not a multiple of
-#: ``ALIAS_BYTES`` (float64 at 64, 100, 180, 316 and 1000 a side: 1.4-2.4x NumPy against 0.8-1.7x
-#: tiled; complex128 at 500-4000: 1.1-2.7x against 1.1-1.8x, ahead in 11 of 12 pairs), and lost
-#: where it was (its column falls into a few cache sets: float64 at 128-1024, complex128 at 256 and
-#: 512, 1.7-6.5x tiled against 1.3-3.5x strided). float64 also tiles from ``WIDE_SPAN`` bytes on
-#: (3162 a side: 2.9-3.4x against 2.0-2.2x), complex128 never from there (1024 a side: 2.3-2.4x
-#: tiled, 2.7-2.8x strided). Up to 4 bytes the tiled walk won at every size measured.
+#: Elements of 8 bytes or more tile only where that beat the strided walk on ``X.T - Y``: where
+#: the transposed operand's step along a row is a multiple of ``ALIAS_BYTES`` (its column falls
+#: into a few cache sets), and float64 from ``WIDE_SPAN`` bytes on. Up to 4 bytes always.
 ALIAS_BYTES = 1024
 WIDE_SPAN = 16 << 20
 

@@ -22,7 +22,7 @@ from .kernels.binary import FP_RAISED, OK, data_address
 from .kernels.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
 from .threads import parallel
 
-__all__ = ["FP_RAISED", "MAX_INPUTS", "MAX_RESULTS", "OK", "function_key", "run_pass",
+__all__ = ["FP_RAISED", "MAX_INPUTS", "MAX_RESULTS", "function_key", "run_pass",
            "run_pass_status", "value_dtypes"]
 
 _I64 = np.int64
