@@ -385,10 +385,11 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
                   else a for a in inputs]
         plan = _plan_of(mem, inputs, mode, axis, dt.result,
                         element_strides(mem.strides(target), dt.result.itemsize))
-    if impl == "power_float" and kop == "power" and catalog.power_one_exponent(
+    if impl in ("power_float", "power_float32") and kop == "power" and catalog.power_one_exponent(
             dt.result, mem.shape(inputs[0]), mem.shape(inputs[1]), plan.out_shape):
         impl = "power_float_one_exponent"  # NumPy's fast path for one exponent value
-    impl = catalog.by_one_divisor(impl, mem.shape(inputs[1]), plan.out_shape)
+    if isinstance(impl, str) and impl in catalog.BY_ONE_DIVISOR:
+        impl = catalog.by_one_divisor(impl, mem.shape(inputs[1]), plan.out_shape)
     if impl in catalog.ZERO_REFUSED and plan.size and mem.any_zero(inputs[1]):
         raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
     if impl == "power_int" and plan.size and mem.any_negative(inputs[1]):
