@@ -165,6 +165,6 @@ def test_the_one_exponent_loop_vectorises_and_never_streams(monkeypatch):
     finally:
         dispatch.clear()  # nor one remembered here, streamed, after
     ops = {(s.op, s.stream) for s in kernels._TASKS if s.x == "float32" and "power" in s.op}
-    assert ("power_float", True) in ops and ("power_float_one_exponent", True) not in ops, ops
+    assert ("power_float32", True) in ops and ("power_float_one_exponent", True) not in ops, ops
     # (NumPy without the fast path: every call is pow's)
     assert (("power_float_one_exponent", False) in ops) == catalog.NUMPY_POWER_FAST_PATH, ops

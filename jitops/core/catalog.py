@@ -232,7 +232,9 @@ def implementation(op: str, x: np.dtype, y: np.dtype, result: np.dtype) -> str:
     if op in ("power", "float_power"):
         if result.kind == "c":
             return "power_complex"
-        return "power_float" if kind == "float" else "power_int"
+        if kind == "float":
+            return "power_float32" if result == np.float32 else "power_float"
+        return "power_int"
     return op
 
 

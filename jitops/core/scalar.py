@@ -230,6 +230,12 @@ def pow_c(a, b):
         return math.nan
 
 
+def pow_f32(a, b):
+    """C's ``powf`` of float32 ``a`` and ``b``: the CPU compiles arithmetic that vectorises
+    (jitops.cpu.kernels.power32), CUDA the device's ``powf``; here, ``pow`` rounded."""
+    return np.float32(pow_c(float(a), float(b)))
+
+
 def cpow_c(a, b):
     """C's ``cpow`` (glibc's: ``cexp(b * clog(a))``), for complex ``a`` and ``b`` of one type;
     reached only with ``a`` and ``b`` nonzero (:func:`power_complex`). The body here runs
@@ -716,6 +722,11 @@ def power_float(a, b, T):
     return T(pow_c(a, b))
 
 
+def power_float32(a, b, T):
+    """NumPy's float32 ``power``: C's ``powf`` (:func:`pow_f32`)."""
+    return T(pow_f32(a, b))
+
+
 def _reciprocal_complex(r, T):
     """NumPy's ``cdiv(1, r)`` of its complex power (npymath's Smith division, not the divide
     loop's): each part of 1 divided by +0 for a zero ``r``."""
@@ -961,8 +972,8 @@ _FAMILY = (
     logical_and, logical_or, logical_xor, bitwise_and, bitwise_or, bitwise_xor,
     floor_divide_signed, floor_divide_unsigned, floor_divide_float,
     remainder_signed, remainder_unsigned, remainder_float, fmod_signed, fmod_float,
-    power_int, power_float, power_float_one_exponent, power_complex, copysign, heaviside,
-    arctan2, hypot, logaddexp, logaddexp2,
+    power_int, power_float, power_float32, power_float_one_exponent, power_complex, copysign,
+    heaviside, arctan2, hypot, logaddexp, logaddexp2,
     gcd_signed, gcd_unsigned, lcm_signed, lcm_unsigned, ldexp,
 )
 OPS.update({f.__name__: f for f in _FAMILY})

@@ -343,6 +343,10 @@ if not SIMULATOR:
     def _ov_pow(a, b):
         return lambda a, b: math.pow(a, b)
 
+    @_ext.overload(_scalar.pow_f32, target="cuda")
+    def _ov_pow_f32(a, b):
+        return lambda a, b: math.pow(a, b)
+
     @_ext.overload(_scalar.cpow_c, target="cuda")
     def _ov_cpow(a, b):
         # no C library on the device: the formula glibc's cpow computes, in the device's own

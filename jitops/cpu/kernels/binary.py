@@ -31,7 +31,7 @@ from ..compile.jit import ENTRY, driver, inner
 from ..threads import parallel, pool
 from . import layout
 from .layout import META, OPERAND
-from .spec import KernelSpecType, address_of, as_pointer, element, pointers, streams
+from .spec import INLINED, KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
 from .stream import STREAM_ALIGN, emit_stream_head, emit_stream_put, store_fence
 
@@ -299,6 +299,23 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> No
     b.position_at_end(after)
 
 
+def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
+    """LLVM IR: a strided row of an element too large to run well unvectorised
+    (jitops.cpu.kernels.spec.INLINED), in ``CHUNK``-element pieces: both inputs gathered into
+    the stack buffers, the element run over them in place (a loop that vectorises, so the
+    values are those of a contiguous row), the results scattered to out. One word type
+    throughout."""
+    with cgutils.for_range_slice(b, _c(0), n, _c(CHUNK), inc=True) as (jv, _):
+        m = _smin(b, b.sub(n, jv), _c(CHUNK))
+        for p, off, step, buf in ((x, xo, sx, xb), (y, yo, sy, yb)):
+            _emit_loop(b, _c(0), m, lambda i, p=p, off=off, step=step, buf=buf: b.store(
+                b.load(b.gep(p, [b.add(off, b.mul(b.add(jv, i), step))])), b.gep(buf, [i])))
+        _emit_loop(b, _c(0), m, lambda i: b.store(
+            element_at(b.gep(xb, [i]), b.gep(yb, [i])), b.gep(xb, [i])))
+        _emit_loop(b, _c(0), m, lambda i: b.store(
+            b.load(b.gep(xb, [i])), b.gep(o, [b.add(oo, b.mul(b.add(jv, i), so))])))
+
+
 @intrinsic
 def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``, ``sx``,
@@ -316,14 +333,22 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         return None
     sig = types.void(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb)
     o_ty = o
+    stage_strided = spec.op in INLINED and o.dtype == x.dtype == y.dtype
 
     def codegen(context, builder, signature, args):
         b = builder
         sp, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb = args
         impl = context.get_function(el_ty, el_sig)
+        inlined = spec.op in INLINED
 
         def element_at(pa, pb, load=b.load):
-            return impl(b, (sp, load(pa), load(pb)))
+            block, start = b.block, len(b.block.instructions)
+            v = impl(b, (sp, load(pa), load(pb)))
+            if inlined:  # the call Numba emitted, inlined wherever LLVM can
+                for ins in block.instructions[start:]:
+                    if isinstance(ins, ir.CallInstr):
+                        ins.attributes.add("alwaysinline")
+            return v
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -336,12 +361,16 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         done = b.append_basic_block("row.done")
         with b.if_else(fast) as (vector, strided):
             with strided:
-                def one(j):
-                    v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
-                                   b.gep(y, [b.add(yo, b.mul(j, sy))]),
-                                   lambda p: emit_load_word(b, p))
-                    emit_store_word(b, v, b.gep(o, [b.add(oo, b.mul(j, so))]))
-                _emit_loop(b, _c(0), n, one)
+                if stage_strided:
+                    _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy,
+                                         xb, yb)
+                else:
+                    def one(j):
+                        v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
+                                       b.gep(y, [b.add(yo, b.mul(j, sy))]),
+                                       lambda p: emit_load_word(b, p))
+                        emit_store_word(b, v, b.gep(o, [b.add(oo, b.mul(j, so))]))
+                    _emit_loop(b, _c(0), n, one)
             with vector:
                 h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n
                 # One input constant along the row (a column or row broadcast, a scalar): its

@@ -174,11 +174,18 @@ def pointers(typingctx, spec, po, px, py):
 _JIT_CACHE: dict[object, object] = {}
 
 
+#: Table functions inlined into the row loop (by Numba into the element function, by LLVM
+#: into the row at a call marked ``alwaysinline``): LLVM's inliner keeps a call to one this
+#: large, and a call in the loop keeps it from vectorising.
+INLINED = frozenset({"power_float32"})
+
+
 def _jit(fn):
     """One dispatcher per table function (compiled lazily, per type, when first used)."""
     d = _JIT_CACHE.get(fn)
     if d is None:
-        d = _JIT_CACHE[fn] = inner(fn)
+        d = _JIT_CACHE[fn] = inner(fn, **({"inline": "always"} if fn.__name__ in INLINED
+                                          else {}))
     return d
 
 
@@ -543,3 +550,5 @@ def _ov_element(spec, a, b):
 
 
 __all__ = ["KernelSpec", "KernelSpecType", "pointers", "element"]
+
+from . import power32  # noqa: E402, F401  (registers pow_f32's CPU implementation)
