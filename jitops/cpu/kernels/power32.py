@@ -73,7 +73,7 @@ def _sqrt(typingctx, x):
     return x(x), codegen
 
 
-@inner(inline="always")
+@inner
 def _idle(v):
     """A double in ``[1, 2)`` made of ``v``'s bits: what a lane computes on where its answer
     comes from elsewhere (a constant there would let the compiler move the computation onto
@@ -81,7 +81,7 @@ def _idle(v):
     return _double_of_bits((_bits(v) & _MANTISSA) | _ONE_BITS)
 
 
-@inner(inline="always")
+@inner
 def _magnitude(x, y):
     """``|x| ** y`` in double, for finite nonzero ``x`` and ``y``: ``2**(y log2|x|)``, ``y
     log2|x|`` held within ``[-200, 200]`` (float32's overflow and underflow lie inside)."""
@@ -105,7 +105,6 @@ def _magnitude(x, y):
     return q * _double_of_bits((int(k) + 1023) << 52)
 
 
-@inner(inline="always")
 def _pow_f32(a, b):
     """C's ``powf(a, b)`` for float32 ``a`` and ``b`` (see the module).
 
@@ -161,5 +160,5 @@ def _pow_f32(a, b):
 @overload(_scalar.pow_f32, jit_options=INNER, inline="always")
 def _ov_pow_f32(a, b):
     if a == types.float32 and b == types.float32:
-        return lambda a, b: _pow_f32(a, b)
+        return _pow_f32  # inlined by Numba; the helpers, small, by LLVM
     return None
