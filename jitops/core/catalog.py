@@ -142,13 +142,11 @@ BY_ONE_DIVISOR = {f"floor_divide_signed_{b}": f"floor_divide_signed_{b}_by_one"
                   for b in (8, 16, 32)}
 
 
-def by_one_divisor(impl: str, y: tuple, out: tuple) -> str:
-    """``impl``'s entry for a divisor of shape ``y`` (result ``out``): the
-    :data:`BY_ONE_DIVISOR` entry where one divisor is broadcast over a larger result (both
-    entries are exact; this one is faster there, slower where divisors vary)."""
-    if impl in BY_ONE_DIVISOR and all(n == 1 for n in y) and tuple(y) != tuple(out):
-        return BY_ONE_DIVISOR[impl]
-    return impl
+def one_divisor(y: tuple, out: tuple) -> bool:
+    """Whether a divisor of shape ``y`` is one value broadcast over a larger result ``out``,
+    where the :data:`BY_ONE_DIVISOR` entries serve (both entries are exact; those are faster
+    there, slower where divisors vary)."""
+    return all(n == 1 for n in y) and tuple(y) != tuple(out)
 
 
 #: Scalar entries the CPU kernels never write with non-temporal stores: they vectorise where

@@ -388,8 +388,9 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
     if impl in ("power_float", "power_float32") and kop == "power" and catalog.power_one_exponent(
             dt.result, mem.shape(inputs[0]), mem.shape(inputs[1]), plan.out_shape):
         impl = "power_float_one_exponent"  # NumPy's fast path for one exponent value
-    if isinstance(impl, str) and impl in catalog.BY_ONE_DIVISOR:
-        impl = catalog.by_one_divisor(impl, mem.shape(inputs[1]), plan.out_shape)
+    if isinstance(impl, str) and impl in catalog.BY_ONE_DIVISOR and catalog.one_divisor(
+            mem.shape(inputs[1]), plan.out_shape):
+        impl = catalog.BY_ONE_DIVISOR[impl]
     if impl in catalog.ZERO_REFUSED and plan.size and mem.any_zero(inputs[1]):
         raise ZeroDivisionError(f"jitops.{fname}: integer division by zero (y contains 0)")
     if impl == "power_int" and plan.size and mem.any_negative(inputs[1]):

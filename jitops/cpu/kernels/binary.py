@@ -333,13 +333,13 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         return None
     sig = types.void(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb)
     o_ty = o
-    stage_strided = spec.op in INLINED and o.dtype == x.dtype == y.dtype
+    inlined = spec.op in INLINED
+    stage_strided = inlined and o.dtype == x.dtype == y.dtype
 
     def codegen(context, builder, signature, args):
         b = builder
         sp, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb = args
         impl = context.get_function(el_ty, el_sig)
-        inlined = spec.op in INLINED
 
         def element_at(pa, pb, load=b.load):
             block, start = b.block, len(b.block.instructions)

@@ -23,6 +23,7 @@ from numba.extending import intrinsic, overload
 from ...core import scalar as _scalar
 from ...core.scalar import double, floor_f, fma, quiet_f, single
 from ..compile.jit import INNER, inner
+from .spec import _sqrt  # LLVM's sqrt: a vector instruction, NaN and invalid below 0
 
 _HALF_SQRT2_BITS = 0x3FE6A09E667F3BCD  # sqrt(1/2)'s bits
 _MANTISSA = (1 << 52) - 1
@@ -58,19 +59,6 @@ def _double_of_bits(typingctx, i):
         return builder.bitcast(args[0], ir.DoubleType())
 
     return types.float64(i), codegen
-
-
-@intrinsic
-def _sqrt(typingctx, x):
-    """LLVM's ``sqrt`` (a vector instruction; NaN and *invalid* for a negative ``x``)."""
-    if not isinstance(x, types.Float):
-        return None
-
-    def codegen(context, builder, signature, args):
-        fn = builder.module.declare_intrinsic("llvm.sqrt", [args[0].type])
-        return builder.call(fn, args)
-
-    return x(x), codegen
 
 
 @inner

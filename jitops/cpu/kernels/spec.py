@@ -414,6 +414,8 @@ def _ov_fmod(a, b):
     return lambda a, b: _frem(a, b)
 
 
+_sqrt = _float_intrinsic("sqrt", 1, lambda b, a: b.call(
+    b.module.declare_intrinsic("llvm.sqrt", [a[0].type]), a))
 _quiet = _float_intrinsic("quiet", 1, lambda b, a: b.call(
     b.module.declare_intrinsic("llvm.canonicalize", [a[0].type]), a))
 
