@@ -29,7 +29,7 @@ from ...core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from ..compile import cache, hooks, registries
 from ..compile.jit import ENTRY, driver, inner
 from ..threads import parallel, pool
-from . import layout
+from . import layout, power32  # noqa: F401  (power32 registers pow_f32's CPU implementation)
 from .layout import META, OPERAND
 from .spec import INLINED, KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE

@@ -552,5 +552,3 @@ def _ov_element(spec, a, b):
 
 
 __all__ = ["KernelSpec", "KernelSpecType", "pointers", "element"]
-
-from . import power32  # noqa: E402, F401  (registers pow_f32's CPU implementation)
