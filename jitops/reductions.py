@@ -177,8 +177,14 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
     array([8., 8., 8.])
     """
     fname = "sum_to"
-    wrap, lazy = None, False
-    if type(g) is not np.ndarray:  # (a plain array needs none of these checks)
+    wrap, lazy, found = None, False, None
+    if type(g) is np.ndarray:  # (a plain array needs none of the checks below)
+        found = on_cpu.pass_key((fname, type(shape), shape, type(broadcast), broadcast,
+                                 type(axis), axis), (g,))
+        again = on_cpu.pass_again(found, (g,))
+        if again is not None:
+            return again[0][0]
+    else:
         if _on_cuda((g,), None, fname):
             return _sum_to_cuda(g, shape, normalize_mode(broadcast), axis)
         host = tensors.unwrap((g,), None, fname)
@@ -197,8 +203,7 @@ def sum_to(g: Any, shape: Any, broadcast: Broadcast = "numpy", axis: int = -1) -
         return summed.astype(g.dtype).reshape(shape)
     how = "store" if tuple(frame) == tuple(g.shape) else "sum"
     (res,) = on_cpu.run_pass(grads.identity, [g], [g.shape], g.shape, [frame], [how],
-                             [g.dtype], 0, fname, direct=True)
-    res = res.reshape(shape)
+                             [g.dtype], 0, fname, direct=True, found=found, shapes=[shape])
     return wrap(res) if wrap is not None else res
 
 
@@ -240,6 +245,11 @@ def _sum_to_cuda(g, shape, mode: str, axis: int):
 def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
           ties: str) -> tuple[Any, Any]:
     fname = f"elementwise_{op}_grad"
+    found = on_cpu.pass_key((fname, type(axis), axis, type(broadcast), broadcast, type(ties),
+                             ties), (x, y, dout))
+    again = on_cpu.pass_again(found, (x, y, dout))
+    if again is not None:
+        return again[0][0], again[0][1]
     if ties not in grads.TIES:
         raise ValueError(f"jitops.{fname}: ties must be one of {grads.TIES}, got {ties!r}")
     if _on_cuda((x, y, dout), None, fname):
@@ -262,8 +272,8 @@ def _grad(op: str, x: Any, y: Any, dout: Any, axis: int, broadcast: Broadcast,
         return _grads_lazy(rule, (x, y, dout), (fx, fy, space), space, hows,
                            (x.dtype, y.dtype), fname)
     dx, dy = on_cpu.run_pass(rule, [x, y, dout], [fx, fy, space], space, [fx, fy], hows,
-                             [x.dtype, y.dtype], 2, fname)
-    dx, dy = dx.reshape(x.shape), dy.reshape(y.shape)
+                             [x.dtype, y.dtype], 2, fname, found=found,
+                             shapes=[x.shape, y.shape])
     if wrap is not None:
         return wrap(dx), wrap(dy)
     return dx, dy

@@ -22,8 +22,8 @@ from .kernels.binary import FP_RAISED, OK, data_address
 from .kernels.layout import MAX_INPUTS, MAX_RESULTS, R_DIMS, RMETA
 from .threads import parallel
 
-__all__ = ["FP_RAISED", "MAX_INPUTS", "MAX_RESULTS", "function_key", "run_pass",
-           "run_pass_status", "value_dtypes"]
+__all__ = ["FP_RAISED", "MAX_INPUTS", "MAX_RESULTS", "function_key", "pass_again",
+           "pass_key", "run_pass", "run_pass_status", "value_dtypes"]
 
 _I64 = np.int64
 _SIG = (_types.int64,) * 3  # the drivers' (task, operand addresses, meta)
@@ -83,7 +83,7 @@ class _Launch:
     """A planned pass, kept for the next call of the same geometry: the task's address, the
     meta, and per result how it is held (:class:`_Held`)."""
 
-    __slots__ = ("task", "meta", "meta_address", "parallel", "results", "size")
+    __slots__ = ("task", "meta", "meta_address", "parallel", "results", "size", "serial")
 
     def __init__(self, fn, key, cacheable, in_dtypes, in_strides, frames_in, space, frames,
                  hows, dtypes, lead, threads, compute, direct):
@@ -121,6 +121,8 @@ class _Launch:
         self.task = _reduce.task_address(spec)
         self.parallel = plan.ntasks > 1 and threads > 1
         self.size = math.prod(space)
+        #: the serial driver (compiled or loaded once, then kept)
+        self.serial = entry_point(_reduce.KERNELS["serial"], _SIG)
 
 
 def value_dtypes(fn, key: str, compute: np.dtype, nin: int, nres: int):
@@ -147,31 +149,37 @@ def _launch_for(*key) -> _Launch:
 def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
              space: tuple[int, ...], frames: list[tuple[int, ...]], hows: list[str],
              dtypes: list[np.dtype], lead: int, fname: str, compute: np.dtype | None = None,
-             direct: bool = False) -> list[np.ndarray]:
+             direct: bool = False, found: tuple | None = None,
+             shapes: list | None = None) -> list[np.ndarray]:
     """One pass of the scalar function ``fn`` over ``space``: inputs with their frames; per
     result its frame (``space`` to be stored, 1 on the axes it reduces), ``how`` (``store``,
     or ``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``) and dtype. Returns each result
     in its frame's shape; a reduced one in its accumulator's dtype where ``dtypes`` says
-    None. No floating-point flags are reported (:func:`run_pass_status` returns them)."""
+    None; ``shapes``: per result the shape it is returned in (else its frame). No
+    floating-point flags are reported (:func:`run_pass_status` returns them)."""
     return run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
-                           compute, None, direct)[0]
+                           compute, None, direct, found=found, shapes=shapes)[0]
 
 
 def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
-                    compute=None, key=None, direct=False, into=None):
+                    compute=None, key=None, direct=False, into=None, found=None,
+                    shapes=None):
     """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
     OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.kernels.nary.function_key`
     of it; ``into``: per result None or the array a stored result is written into (C-order,
     aligned, of its frame's shape and dtype, sharing no memory with an input). A call of a
-    geometry seen before plans nothing (:func:`_launch_for`)."""
+    geometry seen before plans nothing (:func:`_launch_for`); ``found`` (:func:`pass_key`):
+    the key this pass is remembered under for :func:`pass_again`."""
     if compute is None:
         compute = _compute_of(tuple(a.dtype for a in inputs))
     dts, geos, addrs = [], [], []
+    copied = False
     for a in inputs:
         st = _in_elements(a.strides, a.itemsize) if a.flags.aligned else None
         if st is None:  # misaligned, or strides not whole elements: an aligned copy
             a = np.array(a, order="C", copy=True)
             st = _in_elements(a.strides, a.itemsize)
+            copied = True
         dts.append(a.dtype)
         geos.append((a.shape, st))
         addrs.append(data_address(a))
@@ -183,14 +191,21 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
                              threads, compute, direct)
     except ValueError as e:
         raise ValueError(f"jitops.{fname}: {e}") from None
+    if found is not None and not copied and into is None and found[1] == threads:
+        _remember(found, _Pass(launch, tuple(dtypes), shapes, fname))
+    return _run(launch, addrs, dtypes, shapes, fname, into, threads)
+
+
+def _run(launch: _Launch, addrs: list, dtypes, shapes, fname: str, into, threads: int):
+    """Run a planned pass on the inputs at ``addrs``: (results, status)."""
     buffers, status = [], OK
-    for r, (h, dt) in enumerate(zip(launch.results, dtypes)):
+    for r, h in enumerate(launch.results):
         if h.reduced:
             b = np.zeros(h.shape, h.acc) if h.fill is None else np.full(h.shape, h.fill, h.acc)
-        elif into is not None and into[r] is not None:
-            b = into[r]
+        elif into is None or into[r] is None:
+            b = np.empty(h.frame, dtypes[r])
         else:
-            b = np.empty(h.frame, dt)
+            b = into[r]
         buffers.append(b)
         addrs.append(data_address(b))
     if launch.size:
@@ -199,17 +214,68 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
         if launch.parallel:
             status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
         else:
-            status = entry_point(_reduce.KERNELS["serial"], _SIG)(*args)
+            status = launch.serial(*args)
         if status != OK and status < FP_RAISED:
             raise RuntimeError(f"jitops.{fname}: the function raised an exception inside "
                                f"the compiled kernel, so some elements were not computed")
-    out = []
-    for h, b, dt in zip(launch.results, buffers, dtypes):
-        if h.reduced:
-            b = _combine(b[:, :h.size], h.how) if h.rows > 1 else b[0]
-            b = b.reshape(h.frame) if dt is None else rounded(b, dt).reshape(h.frame)
-        out.append(b)
-    return out, status
+    for r, h in enumerate(launch.results):
+        b = buffers[r]
+        if h.reduced:  # (one accumulator row: already the result's frame, as (1, size))
+            b = _combine(b[:, :h.size], h.how) if h.rows > 1 else b
+            b = b if dtypes[r] is None else rounded(b, dtypes[r])
+        buffers[r] = b.reshape(h.frame if shapes is None else shapes[r])
+    return buffers, status
+
+
+class _Pass:
+    """A pass remembered by its call (:func:`pass_key`): its launch, the results' dtypes
+    and shapes, and the entry's name."""
+
+    __slots__ = ("launch", "dtypes", "shapes", "fname")
+
+    def __init__(self, launch: _Launch, dtypes: tuple, shapes, fname: str):
+        self.launch, self.dtypes, self.fname = launch, dtypes, fname
+        self.shapes = None if shapes is None else tuple(shapes)
+
+
+#: Passes by call (:func:`pass_key`), as many as :func:`_launch_for` keeps.
+_PASSES: dict = {}
+_MAX_PASSES = 1024
+
+
+def _remember(found: tuple, entry: _Pass) -> None:
+    if len(_PASSES) >= _MAX_PASSES:
+        _PASSES.clear()
+    try:
+        _PASSES[found] = entry
+    except TypeError:  # an argument that is not hashable
+        pass
+
+
+def pass_key(tag: tuple, operands) -> tuple | None:
+    """The key a pass over ``operands`` may be remembered under: ``tag`` (the entry point and
+    its own arguments as the caller gave them, types included), this thread's count, and
+    each operand's shape, strides and dtype; None where an operand is not an aligned NumPy
+    array (the caller then plans as usual; so does an argument that is not hashable)."""
+    parts = [tag, parallel.num_threads()]
+    for a in operands:
+        if type(a) is not np.ndarray or not a.flags.aligned:
+            return None
+        parts.append((a.shape, a.strides, a.dtype))
+    return tuple(parts)
+
+
+def pass_again(found: tuple | None, operands) -> tuple[list, int] | None:
+    """The (results, status) of the pass remembered under ``found`` (:func:`pass_key` of
+    these ``operands``), run again on them without planning; None where none is."""
+    try:
+        e = None if found is None else _PASSES.get(found)
+    except TypeError:  # an argument that is not hashable
+        return None
+    if e is None:
+        return None
+    return _run(e.launch, [data_address(a) for a in operands], e.dtypes, e.shapes, e.fname,
+                None, found[1])
 
 
 @lru_cache(maxsize=256)
