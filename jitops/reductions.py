@@ -620,7 +620,13 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     operands, each result stored or reduced (jitops.cpu.kernels.reduce); Dask operands chunk by
     chunk (:func:`_several_lazy`)."""
     fname = op.__name__
-    wrap = None
+    wrap = found = None
+    if out is None and device is None:  # NumPy arrays: a repeat runs its remembered pass
+        found = on_cpu.pass_key((op, type(broadcast), broadcast, type(axis), axis), operands)
+        again = on_cpu.pass_again(found, operands)
+        if again is not None:
+            results, status, st = again
+            return _several_done(st, results, status, fname)
     # (plain operands need none of the device, tensor, Dask and meaning checks)
     plain = device is None and all(type(v) is np.ndarray or type(v) in _WEAK for v in operands)
     if plain:
@@ -650,7 +656,10 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
                                       for o, how in zip(outs, st.kernel_hows)]
     results, status = on_cpu.run_pass_status(
         op.py_func, inputs, st.frames_in, st.space, st.frames, st.kernel_hows,
-        st.kernel_dtypes, lead, fname, st.compute, (op.key, op.cacheable), into=into)
+        st.kernel_dtypes, lead, fname, st.compute, (op.key, op.cacheable), into=into,
+        found=found if wrap is None else None, data=st)
+    if outs is None and wrap is None:
+        return _several_done(st, results, status, fname)
     if status >= on_cpu.FP_RAISED:
         report(status, fname)
     done = st.finish(results)
@@ -659,10 +668,17 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
             if o is not None and w is None:  # computed apart (a reduction, an overlap ...)
                 np.copyto(o, r, casting="no")
         done = [r if o is None else o for o, r in zip(outs, done)]
-    elif wrap is None:
-        done = [r[()] if r.ndim == 0 else r for r in done]
-    if wrap is not None and outs is None:
+    else:
         done = [wrap(r) for r in done]
+    return tuple(done) if len(done) > 1 else done[0]
+
+
+def _several_done(st: _Settled, results: list, status: int, fname: str):
+    """A pass's results on NumPy operands as call_several returns them: flags reported,
+    reductions finished, 0-d results as NumPy scalars, a single result alone."""
+    if status >= on_cpu.FP_RAISED:
+        report(status, fname)
+    done = [r[()] if r.ndim == 0 else r for r in st.finish(results)]
     return tuple(done) if len(done) > 1 else done[0]
 
 

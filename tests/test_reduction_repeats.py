@@ -115,3 +115,58 @@ def test_arguments_a_first_call_refuses_are_refused_on_every_call():
         jitops.elementwise_max_grad(x, x, x, ties="numpy")
     with pytest.raises(ValueError, match="ties"):
         jitops.elementwise_max_grad(x, x, x, ties=["numpy"])
+
+
+def test_several_result_and_user_reduction_repeats_finish_and_report_every_call(no_planning):
+    """divmod and jitops.reduce ops: a repeat reports the kernel's flags as NumPy's errstate
+    says, finishes each reduction (a mean divides, a full reduction is a NumPy scalar, a
+    mean of nothing warns) and returns new arrays, each call."""
+    _fresh()
+    rng = np.random.default_rng(2)
+    x = rng.integers(-50, 50, 1000).astype(np.float32)
+    y = rng.integers(1, 9, 1000).astype(np.float32)
+    y[::7] = 0  # x // 0 and x % 0: NumPy's divide and invalid flags
+    mean = jitops.reduce(lambda a, b: a * b, "mean")
+    rows = jitops.reduce(lambda a: (a, a), ("sum", None), axis=0, keepdims=True)
+    empty = jitops.reduce(lambda a: a, "mean", axis=0)
+    e = np.zeros((0, 3))
+    with np.errstate(all="ignore"):
+        first = jitops.divmod(x, y)
+        jitops.divmod(x, y)  # (a second call records after the first one planned)
+        m0 = mean(x, y)
+        rows(x.reshape(100, 10))
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="Mean of empty"):
+        empty(e)
+    no_planning()
+    with np.errstate(all="ignore"):
+        want_q, want_r = np.divmod(x, y)
+    for _ in range(2):
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="divide by zero"):
+            q, r = jitops.divmod(x, y)
+        np.testing.assert_array_equal(q, want_q)
+        np.testing.assert_array_equal(r, want_r)
+        assert not np.shares_memory(q, first[0])
+        with np.errstate(divide="raise", invalid="ignore"), pytest.raises(FloatingPointError):
+            jitops.divmod(x, y)
+        m = mean(x, y)
+        assert isinstance(m, np.floating) and m == m0
+        np.testing.assert_allclose(m, np.mean(x.astype(np.float64) * y), rtol=1e-6)
+        s, kept = rows(x.reshape(100, 10))
+        np.testing.assert_array_equal(s, x.reshape(100, 10).sum(axis=0, keepdims=True))
+        np.testing.assert_array_equal(kept, x.reshape(100, 10))
+        with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning, match="Mean of empty"):
+            np.testing.assert_array_equal(empty(e), np.full(3, np.nan))
+
+
+def test_several_result_calls_that_are_not_plain_arrays_plan_and_are_right():
+    _fresh()
+    x = np.arange(1, 13, dtype=np.float64).reshape(3, 4)
+    for _ in range(2):  # a weak scalar, out=: planned every call, never remembered
+        q, r = jitops.divmod(x, 5)
+        np.testing.assert_array_equal(q, x // 5)
+        np.testing.assert_array_equal(r, x % 5)
+        outs = (np.empty_like(x), np.empty_like(x))
+        got = jitops.divmod(x, x[0], out=outs)
+        assert got[0] is outs[0] and got[1] is outs[1]
+        np.testing.assert_array_equal(outs[0], x // x[0])
+    assert not on_cpu._PASSES

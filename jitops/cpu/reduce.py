@@ -163,13 +163,13 @@ def run_pass(fn, inputs: list[np.ndarray], frames_in: list[tuple[int, ...]],
 
 def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fname,
                     compute=None, key=None, direct=False, into=None, found=None,
-                    shapes=None):
+                    shapes=None, data=None):
     """:func:`run_pass`, and the kernel's status (``FP_RAISED`` and the flags raised, or
     OK); ``key``: the function's (key, cacheable), else :func:`jitops.cpu.kernels.nary.function_key`
     of it; ``into``: per result None or the array a stored result is written into (C-order,
     aligned, of its frame's shape and dtype, sharing no memory with an input). A call of a
     geometry seen before plans nothing (:func:`_launch_for`); ``found`` (:func:`pass_key`):
-    the key this pass is remembered under for :func:`pass_again`."""
+    the key this pass is remembered under for :func:`pass_again`, with the caller's ``data``."""
     if compute is None:
         compute = _compute_of(tuple(a.dtype for a in inputs))
     dts, geos, addrs = [], [], []
@@ -192,7 +192,7 @@ def run_pass_status(fn, inputs, frames_in, space, frames, hows, dtypes, lead, fn
     except ValueError as e:
         raise ValueError(f"jitops.{fname}: {e}") from None
     if found is not None and not copied and into is None and found[1] == threads:
-        _remember(found, _Pass(launch, tuple(dtypes), shapes, fname))
+        _remember(found, _Pass(launch, tuple(dtypes), shapes, fname, data))
     return _run(launch, addrs, dtypes, shapes, fname, into, threads)
 
 
@@ -229,12 +229,12 @@ def _run(launch: _Launch, addrs: list, dtypes, shapes, fname: str, into, threads
 
 class _Pass:
     """A pass remembered by its call (:func:`pass_key`): its launch, the results' dtypes
-    and shapes, and the entry's name."""
+    and shapes, the entry's name and what its caller keeps with it (``data``)."""
 
-    __slots__ = ("launch", "dtypes", "shapes", "fname")
+    __slots__ = ("launch", "dtypes", "shapes", "fname", "data")
 
-    def __init__(self, launch: _Launch, dtypes: tuple, shapes, fname: str):
-        self.launch, self.dtypes, self.fname = launch, dtypes, fname
+    def __init__(self, launch: _Launch, dtypes: tuple, shapes, fname: str, data=None):
+        self.launch, self.dtypes, self.fname, self.data = launch, dtypes, fname, data
         self.shapes = None if shapes is None else tuple(shapes)
 
 
@@ -265,17 +265,18 @@ def pass_key(tag: tuple, operands) -> tuple | None:
     return tuple(parts)
 
 
-def pass_again(found: tuple | None, operands) -> tuple[list, int] | None:
-    """The (results, status) of the pass remembered under ``found`` (:func:`pass_key` of
-    these ``operands``), run again on them without planning; None where none is."""
+def pass_again(found: tuple | None, operands) -> tuple[list, int, object] | None:
+    """The (results, status, data) of the pass remembered under ``found`` (:func:`pass_key`
+    of these ``operands``), run again on them without planning; None where none is."""
     try:
         e = None if found is None else _PASSES.get(found)
     except TypeError:  # an argument that is not hashable
         return None
     if e is None:
         return None
-    return _run(e.launch, [data_address(a) for a in operands], e.dtypes, e.shapes, e.fname,
-                None, found[1])
+    results, status = _run(e.launch, [data_address(a) for a in operands], e.dtypes, e.shapes,
+                           e.fname, None, found[1])
+    return results, status, e.data
 
 
 @lru_cache(maxsize=256)
