@@ -162,3 +162,46 @@ def test_the_float32_power_loop_vectorises():
     asm = task.inspect_asm(sig)
     assert re.search(r"\bvfmadd\d+pd\s+[^\n]*%[yz]mm", asm), "no vector polynomial"
     assert "powf" not in asm and "pow@" not in asm
+
+
+def test_chunks_of_calm_lanes_take_the_lean_form_with_the_general_forms_bits():
+    """A chunk whose every lane is a positive normal base to a normal exponent runs the lean
+    form (jitops.cpu.kernels.power32.calm and core); a chunk with one other lane, the general
+    one. Each lane's bits are the same either way, within 1 ulp of the correctly rounded
+    power, in contiguous and strided rows."""
+    rng = np.random.default_rng(12)
+    n = 1 << 16
+    x = np.exp(rng.uniform(-87, 88, n)).astype(np.float32)
+    y = rng.uniform(-40, 40, n).astype(np.float32)
+    with np.errstate(all="ignore"):
+        lean = jitops.power(x, y)
+        ref = np.power(x.astype(np.float64), y.astype(np.float64)).astype(np.float32)
+        fin = np.isfinite(ref)
+        ulps = np.abs(lean[fin].view(np.int32).astype(np.int64) - ref[fin].view(np.int32))
+        assert ulps.max() <= 1 and (ulps == 0).mean() > 0.9999
+        xs, ys = x.copy(), y.copy()
+        xs[::100], ys[::100] = -1.5, 0.5  # a NaN lane in every chunk: all run the general form
+        general = jitops.power(xs, ys)
+        assert np.isnan(general[::100]).all()
+        keep = np.ones(n, bool)
+        keep[::100] = False
+        assert general[keep].tobytes() == lean[keep].tobytes()
+        strided = jitops.power(np.repeat(xs, 2)[::2], np.repeat(ys, 2)[::2])
+        assert strided.tobytes() == general.tobytes()
+        assert jitops.power(x[::-1], y[::-1]).tobytes() == lean[::-1].tobytes()
+
+
+@pytest.mark.parametrize("a,b", [(-2.0, 3.0), (-2.0, 0.5), (0.0, 2.0), (1e-45, 0.5),
+                                 (np.inf, 2.0), (2.0, np.inf), (2.0, 0.0), (2.0, 1e-45),
+                                 (np.nan, 2.0), (2.0, np.nan)])
+def test_a_chunk_with_any_other_lane_is_not_calm(a, b):
+    """Each kind of lane the lean form does not answer makes its whole chunk general:
+    alone among 1023 calm lanes, it gets C's answer (the lean form's would differ)."""
+    x, y = np.full(1024, 1.5, np.float32), np.full(1024, 0.5, np.float32)
+    x[600], y[600] = a, b
+    want, _ = _c_powf(np.float32(a), np.float32(b)) if _C is not None else (None, None)
+    with np.errstate(all="ignore"):
+        got = jitops.power(x, y)[600]
+        if want is not None:
+            assert _same(got, want), (got, want)
+        assert got.tobytes() == jitops.power(x[600:601], y[600:601]).tobytes()

@@ -270,13 +270,16 @@ def emit_store_word(b, v, p) -> None:
     b.store(w, b.bitcast(p, vt.as_pointer()), align=1)
 
 
-def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> None:
+def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str,
+                        pick=None) -> None:
     """LLVM IR: a row's elements ``[0, n)`` in chunks of at most ``chunk``, cut at the
     streaming head ``h``: ordinary stores before it, non-temporal ones from it where the
     spec streams (``h == n``: nothing streams). ``chunk_at(j)`` gives the chunk starting at
     element ``j``: ``(value_at, out)``, ``value_at(i)`` the value of its element ``i`` and
-    ``out`` where its output starts. The built-in rows (:func:`row`) and the user ops' rows
-    (jitops.cpu.kernels.nary) share it."""
+    ``out`` where its output starts; ``pick(j, m)``, where given: ``(calm, value_at)``, a
+    test of the chunk and the value of its element ``i`` where it holds (:func:`_emit_pick`).
+    The built-in rows (:func:`row`) and the user ops' rows (jitops.cpu.kernels.nary) share
+    it."""
     j = cgutils.alloca_once_value(b, _c(0))
     cond = b.append_basic_block(f"{name}.chunk.cond")
     body = b.append_basic_block(f"{name}.chunk.body")
@@ -291,27 +294,65 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str) -> No
     m = b.select(in_head, _smin(b, m0, b.sub(h, jv)), m0)
     hs = b.select(in_head, m, _c(0))  # elements of this chunk before the head
     value_at, out = chunk_at(jv)
-    _emit_loop(b, _c(0), hs, lambda i: b.store(value_at(i), b.gep(out, [i])))
-    if stream:
-        _emit_loop(b, hs, m, lambda i: emit_stream_put(b, value_at(i), b.gep(out, [i])))
+
+    def stores(value_at):
+        _emit_loop(b, _c(0), hs, lambda i: b.store(value_at(i), b.gep(out, [i])))
+        if stream:
+            _emit_loop(b, hs, m, lambda i: emit_stream_put(b, value_at(i), b.gep(out, [i])))
+
+    if pick is None:
+        stores(value_at)
+    else:
+        calm, calm_at = pick(jv, m)
+        with b.if_else(calm) as (lean, general):
+            with lean:
+                stores(calm_at)
+            with general:
+                stores(value_at)
     b.store(b.add(jv, m), j)
     b.branch(cond)
     b.position_at_end(after)
 
 
-def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
+def _emit_pick(b, calm_at, lean_at, xq, yq, m):
+    """LLVM IR: ``(calm, value_at)``: whether every element of a chunk of ``m`` at ``xq``/
+    ``yq`` passes ``calm_at``, and the lean element there. The passing elements are counted
+    (a sum LLVM vectorises: an ``and`` of the tests it left scalar, 7x slower)."""
+    count = cgutils.alloca_once_value(b, _c(0))
+    _emit_loop(b, _c(0), m, lambda i: b.store(b.add(b.load(count), b.zext(
+        calm_at(b.gep(xq, [i]), b.gep(yq, [i])), _LL64)), count))
+    return (b.icmp_signed("==", b.load(count), m),
+            lambda i: lean_at(b.gep(xq, [i]), b.gep(yq, [i])))
+
+
+def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb,
+                         pick=None):
     """LLVM IR: a strided row of an element too large to run well unvectorised
     (jitops.cpu.kernels.spec.INLINED), in ``CHUNK``-element pieces: both inputs gathered into
     the stack buffers, the element run over them in place (a loop that vectorises, so the
-    values are those of a contiguous row), the results scattered to out. One word type
-    throughout."""
+    values are those of a contiguous row; ``pick`` as :func:`emit_chunked_stores`'s), the
+    results scattered to out. One word type throughout."""
     with cgutils.for_range_slice(b, _c(0), n, _c(CHUNK), inc=True) as (jv, _):
         m = _smin(b, b.sub(n, jv), _c(CHUNK))
         for p, off, step, buf in ((x, xo, sx, xb), (y, yo, sy, yb)):
             _emit_loop(b, _c(0), m, lambda i, p=p, off=off, step=step, buf=buf: b.store(
                 b.load(b.gep(p, [b.add(off, b.mul(b.add(jv, i), step))])), b.gep(buf, [i])))
-        _emit_loop(b, _c(0), m, lambda i: b.store(
-            element_at(b.gep(xb, [i]), b.gep(yb, [i])), b.gep(xb, [i])))
+
+        def run(value_at):
+            _emit_loop(b, _c(0), m, lambda i: b.store(value_at(i), b.gep(xb, [i])))
+
+        def general(i):
+            return element_at(b.gep(xb, [i]), b.gep(yb, [i]))
+
+        if pick is None:
+            run(general)
+        else:
+            calm, lean = pick(xb, yb, m)
+            with b.if_else(calm) as (on_lean, on_general):
+                with on_lean:
+                    run(lean)
+                with on_general:
+                    run(general)
         _emit_loop(b, _c(0), m, lambda i: b.store(
             b.load(b.gep(xb, [i])), b.gep(o, [b.add(oo, b.mul(b.add(jv, i), so))])))
 
@@ -323,7 +364,9 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     scalar_y) the loop vectorises, a constant kept in a register or both staged into the stack
     buffers ``xb``/``yb`` and run in ``CHUNK``-element chunks; streamed after an aligned head
     where the spec streams. Else the strided loop. LLVM IR around one call of the spec's
-    :func:`element` (a compiled Python row cost 0.25-0.3 s of every new signature's compile).
+    :func:`element` (a compiled Python row cost 0.25-0.3 s of every new signature's compile);
+    an element with a lean form (jitops.cpu.kernels.power32.CALM) runs it on each
+    ``CHUNK``-element chunk whose every lane passes its test.
     """
     if not isinstance(spec, KernelSpecType):
         return None
@@ -335,20 +378,38 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     o_ty = o
     inlined = spec.op in INLINED
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
+    # an element with a lean form for calm chunks (power32.CALM): the test and the form
+    lean = power32.CALM.get(spec.op) if (
+        spec.act is None and spec.x == spec.y == spec.out == spec.compute) else None
+    if lean is not None:
+        lean = [(t, typingctx.resolve_function_type(t, (x.dtype, y.dtype), {}))
+                for t in map(typingctx.resolve_value_type, lean)]
 
     def codegen(context, builder, signature, args):
         b = builder
         sp, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb = args
         impl = context.get_function(el_ty, el_sig)
 
-        def element_at(pa, pb, load=b.load):
+        def call(impl, args):
             block, start = b.block, len(b.block.instructions)
-            v = impl(b, (sp, load(pa), load(pb)))
+            v = impl(b, args)
             if inlined:  # the call Numba emitted, inlined wherever LLVM can
                 for ins in block.instructions[start:]:
                     if isinstance(ins, ir.CallInstr):
                         ins.attributes.add("alwaysinline")
             return v
+
+        def element_at(pa, pb, load=b.load):
+            return call(impl, (sp, load(pa), load(pb)))
+
+        pick = None
+        if lean is not None:
+            calm_f, lean_f = (context.get_function(t, sig) for t, sig in lean)
+
+            def pick(xq, yq, m):
+                return _emit_pick(b, lambda pa, pb: call(calm_f, (b.load(pa), b.load(pb))),
+                                  lambda pa, pb: call(lean_f, (b.load(pa), b.load(pb))),
+                                  xq, yq, m)
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -363,7 +424,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             with strided:
                 if stage_strided:
                     _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy,
-                                         xb, yb)
+                                         xb, yb, pick)
                 else:
                     def one(j):
                         v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
@@ -401,17 +462,22 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                         v = b.load(b.gep(p, [off]))
                         _emit_loop(b, _c(0), staged,
                                    lambda i, v=v, buf=buf: b.store(v, b.gep(buf, [i])))
-                # only a staged (broadcast) input needs chunks the size of its buffer; other
-                # rows run in one piece (after the streaming head)
-                chunk = b.select(b.or_(x_const, y_const), _c(CHUNK), n)
+                # only a staged (broadcast) input needs chunks the size of its buffer, and a
+                # lean form tests a chunk in cache; other rows run in one piece (after the
+                # streaming head)
+                chunk = _c(CHUNK) if pick else b.select(b.or_(x_const, y_const), _c(CHUNK), n)
+
+                def inputs_at(jv):
+                    return (b.select(x_const, xb, b.gep(x, [b.add(xo, jv)])),
+                            b.select(y_const, yb, b.gep(y, [b.add(yo, jv)])))
 
                 def chunk_at(jv):
-                    xq = b.select(x_const, xb, b.gep(x, [b.add(xo, jv)]))
-                    yq = b.select(y_const, yb, b.gep(y, [b.add(yo, jv)]))
+                    xq, yq = inputs_at(jv)
                     return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
                             b.gep(o, [b.add(oo, jv)]))
 
-                emit_chunked_stores(b, n, chunk, h, spec.stream, chunk_at, "row")
+                emit_chunked_stores(b, n, chunk, h, spec.stream, chunk_at, "row", pick and (
+                    lambda jv, m: pick(*inputs_at(jv), m)))
         b.branch(done)
         b.position_at_end(done)
         return context.get_dummy_value()

@@ -9,7 +9,9 @@ is the correctly rounded float32 but within about ``2**-30`` of a rounding bound
 at most). C's special cases are chosen by selects, each computed on values that raise nothing
 in the lanes it does not answer: the one rounding to float32 raises C's *overflow* and
 *underflow*, ``1 / (±0)`` its *divide*, ``sqrt`` of the negative base its *invalid* for a
-non-integer exponent, and quieting a signalling NaN *invalid*.
+non-integer exponent, and quieting a signalling NaN *invalid*. A chunk of a row whose every
+lane is :func:`calm` (a positive normal base, a normal exponent) runs :func:`core`, the same
+arithmetic without those selects, which cost as much as the power itself.
 """
 
 from __future__ import annotations
@@ -143,6 +145,28 @@ def _pow_f32(a, b):
     if (ua == 0) | (ua == 0x7F800000):
         return edge
     return bad if bad != bad else result
+
+
+@inner
+def calm(a, b):
+    """Whether C's ``powf(a, b)`` is :func:`core`'s: ``a`` positive and normal (finite, not
+    zero or subnormal), ``b`` normal. Tests of the bits alone, so they raise nothing,
+    whatever the lane holds."""
+    ua, ub = _bits(a), _bits(b)
+    eb = (ub >> 23) & 0xFF
+    return (ua >= 0x00800000) & (ua < 0x7F800000) & (eb != 0) & (eb != 0xFF)
+
+
+@inner
+def core(a, b):
+    """``powf(a, b)`` where :func:`calm`: the arithmetic :func:`_pow_f32` does in such a
+    lane, with none of its special cases."""
+    return single(_magnitude(double(a), double(b)))
+
+
+#: An element with a lean form for a chunk of calm lanes (jitops.cpu.kernels.binary.row):
+#: op -> (the test of a lane, the element on lanes that pass it).
+CALM = {"power_float32": (calm, core)}
 
 
 @overload(_scalar.pow_f32, jit_options=INNER, inline="always")
