@@ -6,6 +6,7 @@ and the partial rows of a split reduction combined in task order."""
 from __future__ import annotations
 
 import math
+from array import array
 from functools import lru_cache
 
 import numpy as np
@@ -209,8 +210,8 @@ def _run(launch: _Launch, addrs: list, dtypes, shapes, fname: str, into, threads
         buffers.append(b)
         addrs.append(data_address(b))
     if launch.size:
-        ptrs = np.array(addrs, _I64)
-        args = (launch.task, data_address(ptrs), launch.meta_address)
+        ptrs = array("q", addrs)  # (0.3 us less than an int64 ndarray and its address)
+        args = (launch.task, ptrs.buffer_info()[0], launch.meta_address)
         if launch.parallel:
             status = parallel.launch(drivers(_reduce.KERNELS, _SIG), args, threads)
         else:
