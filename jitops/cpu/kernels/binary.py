@@ -325,6 +325,29 @@ def _emit_pick(b, calm_at, lean_at, xq, yq, m):
             lambda i: lean_at(b.gep(xq, [i]), b.gep(yq, [i])))
 
 
+def _emit_constant_chunks(b, pick, general_at, c, c_is_x, vp, voff, o, oo, h, buf):
+    """LLVM IR: a unit-stride row ``[0, h)`` of one input constant (``c``; ``c_is_x``: it is
+    x) and the other at ``vp``, in ``CHUNK``-element chunks: the constant spread over the
+    stack buffer ``buf`` once, each chunk run by ``pick``'s lean form where all its lanes
+    pass, else by ``general_at``."""
+    _emit_loop(b, _c(0), _smin(b, h, _c(CHUNK)), lambda i: b.store(c, b.gep(buf, [i])))
+    with cgutils.for_range_slice(b, _c(0), h, _c(CHUNK), inc=True) as (jv, _):
+        m = _smin(b, b.sub(h, jv), _c(CHUNK))
+        vq = b.gep(vp, [b.add(voff, jv)])
+        xq, yq = (buf, vq) if c_is_x else (vq, buf)
+        out = b.gep(o, [b.add(oo, jv)])
+        calm, lean_at = pick(xq, yq, m)
+
+        def run(value_at):
+            _emit_loop(b, _c(0), m, lambda i: b.store(value_at(i), b.gep(out, [i])))
+
+        with b.if_else(calm) as (lean, other):
+            with lean:
+                run(lean_at)
+            with other:
+                run(lambda i: general_at(b.gep(xq, [i]), b.gep(yq, [i])))
+
+
 def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb,
                          pick=None):
     """LLVM IR: a strided row of an element too large to run well unvectorised
@@ -378,12 +401,15 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     o_ty = o
     inlined = spec.op in INLINED
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
-    # an element with a lean form for calm chunks (power32.CALM): the test and the form
-    lean = power32.CALM.get(spec.op) if (
+    # an element with a lean form for calm chunks (power32.LEAN): its functions, typed
+    lean = power32.LEAN.get((spec.op, spec.compute)) if (
         spec.act is None and spec.x == spec.y == spec.out == spec.compute) else None
     if lean is not None:
-        lean = [(t, typingctx.resolve_function_type(t, (x.dtype, y.dtype), {}))
-                for t in map(typingctx.resolve_value_type, lean)]
+        lean = {name: (t, typingctx.resolve_function_type(t, args, {})) for name, t, args in (
+            (name, typingctx.resolve_value_type(getattr(lean, name)),
+             (y.dtype,) if name == "keep" else (x.dtype, y.dtype))
+            for name in ("calm", "core", "general") if getattr(lean, name))}
+        lean["keep"] = power32.LEAN[spec.op, spec.compute].keep
 
     def codegen(context, builder, signature, args):
         b = builder
@@ -393,7 +419,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         def call(impl, args):
             block, start = b.block, len(b.block.instructions)
             v = impl(b, args)
-            if inlined:  # the call Numba emitted, inlined wherever LLVM can
+            if inlined or lean is not None:  # the call Numba emitted, inlined
                 for ins in block.instructions[start:]:
                     if isinstance(ins, ir.CallInstr):
                         ins.attributes.add("alwaysinline")
@@ -402,14 +428,28 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
         def element_at(pa, pb, load=b.load):
             return call(impl, (sp, load(pa), load(pb)))
 
-        pick = None
+        pick = general = keep = None
         if lean is not None:
-            calm_f, lean_f = (context.get_function(t, sig) for t, sig in lean)
+            fns = {name: context.get_function(*typed) for name, typed in lean.items()
+                   if name != "keep"}
+
+            def inlined_call(name, *args):
+                block, start = b.block, len(b.block.instructions)
+                v = fns[name](b, args)
+                for ins in block.instructions[start:]:
+                    if isinstance(ins, ir.CallInstr):
+                        ins.attributes.add("alwaysinline")
+                return v
 
             def pick(xq, yq, m):
-                return _emit_pick(b, lambda pa, pb: call(calm_f, (b.load(pa), b.load(pb))),
-                                  lambda pa, pb: call(lean_f, (b.load(pa), b.load(pb))),
-                                  xq, yq, m)
+                return _emit_pick(
+                    b, lambda pa, pb: inlined_call("calm", b.load(pa), b.load(pb)),
+                    lambda pa, pb: inlined_call("core", b.load(pa), b.load(pb)), xq, yq, m)
+
+            if "general" in fns:
+                def general(pa, pb):
+                    return inlined_call("general", b.load(pa), b.load(pb))
+            keep = lean["keep"] or None
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
@@ -424,7 +464,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             with strided:
                 if stage_strided:
                     _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy,
-                                         xb, yb, pick)
+                                         xb, yb, pick if keep is None else None)
                 else:
                     def one(j):
                         v = element_at(b.gep(x, [b.add(xo, b.mul(j, sx))]),
@@ -449,8 +489,28 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                             v = b.load(b.gep(vp, [b.add(voff, i)]))
                             return impl(b, (sp, c, v) if c_is_x else (sp, v, c))
 
-                        _emit_loop(b, _c(0), h,
-                                   lambda i, el=el: b.store(el(i), b.gep(o, [b.add(oo, i)])))
+                        def own(el=el):
+                            _emit_loop(b, _c(0), h, lambda i: b.store(
+                                el(i), b.gep(o, [b.add(oo, i)])))
+
+                        if pick is None:
+                            own()
+                        elif keep is not None and not c_is_x:
+                            # a kept exponent: its own loop, the exponent a constant there
+                            word = 32 if isinstance(c.type, ir.FloatType) else 64
+                            bits = b.bitcast(c, ir.IntType(word))
+                            for v in keep:
+                                k = ir.Constant(c.type, v)
+                                with b.if_then(b.icmp_unsigned("==", bits, b.bitcast(
+                                        k, bits.type))):
+                                    own(lambda i, k=k, vp=vp, voff=voff: impl(
+                                        b, (sp, b.load(b.gep(vp, [b.add(voff, i)])), k)))
+                                    b.branch(done)
+                            _emit_constant_chunks(b, pick, general or element_at, c, c_is_x,
+                                                  vp, voff, o, oo, h, xb)
+                        else:
+                            _emit_constant_chunks(b, pick, general or element_at, c, c_is_x,
+                                                  vp, voff, o, oo, h, xb)
                         if spec.stream:
                             _emit_loop(b, h, n, lambda i, el=el: emit_stream_put(
                                 b, el(i), b.gep(o, [b.add(oo, i)])))
@@ -465,6 +525,8 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                 # only a staged (broadcast) input needs chunks the size of its buffer, and a
                 # lean form tests a chunk in cache; other rows run in one piece (after the
                 # streaming head)
+                if keep is not None:  # (its lean form runs only where the exponent is not kept)
+                    pick = None
                 chunk = _c(CHUNK) if pick else b.select(b.or_(x_const, y_const), _c(CHUNK), n)
 
                 def inputs_at(jv):
