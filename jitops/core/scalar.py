@@ -542,7 +542,7 @@ def _plus_if(flip, mod, b, T):
     return mod + (b if flip else mod * T(0))
 
 
-def _divmod_float(a, b, T):
+def npy_divmod(a, b, T):
     """NumPy's ``npy_divmod``: the floored quotient and Python's remainder, from ``fmod``;
     its quiet comparisons (``isless``, ``isgreater``) as :func:`negative`."""
     mod = T(fmod_c(a, b))
@@ -567,21 +567,21 @@ def divmod_float(a, b, T):
     """:func:`floor_divide_float` and :func:`remainder_float` from one ``fmod``."""
     if b == T(0):
         return a / b, T(fmod_c(a, b))
-    return _divmod_float(a, b, T)
+    return npy_divmod(a, b, T)
 
 
 def floor_divide_float(a, b, T):
     """NumPy's ``npy_floor_divide``: ``a / b`` for a zero divisor."""
     if b == T(0):
         return a / b
-    return _divmod_float(a, b, T)[0]
+    return npy_divmod(a, b, T)[0]
 
 
 def remainder_float(a, b, T):
     """NumPy's ``npy_remainder``: ``fmod`` for a zero divisor (NaN, *invalid*)."""
     if b == T(0):
         return T(fmod_c(a, b))
-    return _divmod_float(a, b, T)[1]
+    return npy_divmod(a, b, T)[1]
 
 
 def fmod_float(a, b, T):
@@ -989,7 +989,7 @@ def returning(fn):
 #: Table functions that other table functions call: each backend compiles them as functions
 #: of their own (a compiled function finds a plain Python one it calls by an overload of
 #: :func:`returning`'s).
-HELPERS = (negative, pow_cast, _plus_if, _divmod_float, order_mixed, less_complex,
+HELPERS = (negative, pow_cast, _plus_if, npy_divmod, order_mixed, less_complex,
            less_equal_complex, gcd_signed, gcd_unsigned, complex_multiply, _reciprocal_complex)
 for _bits, (_left, _right) in SHIFTS.items():
     OPS[f"left_shift_{_bits}"], OPS[f"right_shift_{_bits}"] = _left, _right

@@ -29,7 +29,8 @@ from ...core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from ..compile import cache, hooks, registries
 from ..compile.jit import ENTRY, driver, inner
 from ..threads import parallel, pool
-from . import layout, power32  # noqa: F401  (power32 registers pow_f32's CPU implementation)
+from . import layout
+from . import lean as _lean  # (it imports power32: pow_f32's CPU implementation)
 from .layout import META, OPERAND
 from .spec import INLINED, KernelSpecType, address_of, as_pointer, element, pointers, streams
 from .stream import AVAILABLE as STREAM_AVAILABLE
@@ -325,29 +326,6 @@ def _emit_pick(b, calm_at, lean_at, xq, yq, m):
             lambda i: lean_at(b.gep(xq, [i]), b.gep(yq, [i])))
 
 
-def _emit_constant_chunks(b, pick, general_at, c, c_is_x, vp, voff, o, oo, h, buf):
-    """LLVM IR: a unit-stride row ``[0, h)`` of one input constant (``c``; ``c_is_x``: it is
-    x) and the other at ``vp``, in ``CHUNK``-element chunks: the constant spread over the
-    stack buffer ``buf`` once, each chunk run by ``pick``'s lean form where all its lanes
-    pass, else by ``general_at``."""
-    _emit_loop(b, _c(0), _smin(b, h, _c(CHUNK)), lambda i: b.store(c, b.gep(buf, [i])))
-    with cgutils.for_range_slice(b, _c(0), h, _c(CHUNK), inc=True) as (jv, _):
-        m = _smin(b, b.sub(h, jv), _c(CHUNK))
-        vq = b.gep(vp, [b.add(voff, jv)])
-        xq, yq = (buf, vq) if c_is_x else (vq, buf)
-        out = b.gep(o, [b.add(oo, jv)])
-        calm, lean_at = pick(xq, yq, m)
-
-        def run(value_at):
-            _emit_loop(b, _c(0), m, lambda i: b.store(value_at(i), b.gep(out, [i])))
-
-        with b.if_else(calm) as (lean, other):
-            with lean:
-                run(lean_at)
-            with other:
-                run(lambda i: general_at(b.gep(xq, [i]), b.gep(yq, [i])))
-
-
 def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb,
                          pick=None):
     """LLVM IR: a strided row of an element too large to run well unvectorised
@@ -388,7 +366,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     buffers ``xb``/``yb`` and run in ``CHUNK``-element chunks; streamed after an aligned head
     where the spec streams. Else the strided loop. LLVM IR around one call of the spec's
     :func:`element` (a compiled Python row cost 0.25-0.3 s of every new signature's compile);
-    an element with a lean form (jitops.cpu.kernels.power32.CALM) runs it on each
+    an element with a lean form (jitops.cpu.kernels.lean) runs it on each
     ``CHUNK``-element chunk whose every lane passes its test.
     """
     if not isinstance(spec, KernelSpecType):
@@ -401,15 +379,15 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     o_ty = o
     inlined = spec.op in INLINED
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
-    # an element with a lean form for calm chunks (power32.LEAN): its functions, typed
-    lean = power32.LEAN.get((spec.op, spec.compute)) if (
+    # an element with a lean form for calm chunks (jitops.cpu.kernels.lean): its functions
+    lean = _lean.LEAN.get((spec.op, spec.compute)) if (
         spec.act is None and spec.x == spec.y == spec.out == spec.compute) else None
     if lean is not None:
         lean = {name: (t, typingctx.resolve_function_type(t, args, {})) for name, t, args in (
             (name, typingctx.resolve_value_type(getattr(lean, name)),
              (y.dtype,) if name == "keep" else (x.dtype, y.dtype))
             for name in ("calm", "core", "general") if getattr(lean, name))}
-        lean["keep"] = power32.LEAN[spec.op, spec.compute].keep
+        lean["keep"] = _lean.LEAN[spec.op, spec.compute].keep
 
     def codegen(context, builder, signature, args):
         b = builder
@@ -492,28 +470,44 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                         def own(el=el):
                             _emit_loop(b, _c(0), h, lambda i: b.store(
                                 el(i), b.gep(o, [b.add(oo, i)])))
+                            if spec.stream:
+                                _emit_loop(b, h, n, lambda i: emit_stream_put(
+                                    b, el(i), b.gep(o, [b.add(oo, i)])))
+
+                        def lean_chunks(c=c, vp=vp, voff=voff, c_is_x=c_is_x):
+                            # the constant spread over its buffer once; chunks of the row
+                            # run lean where every lane is calm
+                            buf = xb if c_is_x else yb
+                            _emit_loop(b, _c(0), smin(n, _c(CHUNK)),
+                                       lambda i: b.store(c, b.gep(buf, [i])))
+
+                            def operands(jv):
+                                vq = b.gep(vp, [b.add(voff, jv)])
+                                return (buf, vq) if c_is_x else (vq, buf)
+
+                            def chunk_at(jv):
+                                xq, yq = operands(jv)
+                                return (lambda i: (general or element_at)(
+                                    b.gep(xq, [i]), b.gep(yq, [i])), b.gep(o, [b.add(oo, jv)]))
+
+                            emit_chunked_stores(b, n, _c(CHUNK), h, spec.stream, chunk_at,
+                                                "row.const", lambda jv, m: pick(*operands(jv), m))
 
                         if pick is None:
                             own()
-                        elif keep is not None and not c_is_x:
-                            # a kept exponent: its own loop, the exponent a constant there
-                            word = 32 if isinstance(c.type, ir.FloatType) else 64
-                            bits = b.bitcast(c, ir.IntType(word))
-                            for v in keep:
-                                k = ir.Constant(c.type, v)
-                                with b.if_then(b.icmp_unsigned("==", bits, b.bitcast(
-                                        k, bits.type))):
-                                    own(lambda i, k=k, vp=vp, voff=voff: impl(
-                                        b, (sp, b.load(b.gep(vp, [b.add(voff, i)])), k)))
-                                    b.branch(done)
-                            _emit_constant_chunks(b, pick, general or element_at, c, c_is_x,
-                                                  vp, voff, o, oo, h, xb)
                         else:
-                            _emit_constant_chunks(b, pick, general or element_at, c, c_is_x,
-                                                  vp, voff, o, oo, h, xb)
-                        if spec.stream:
-                            _emit_loop(b, h, n, lambda i, el=el: emit_stream_put(
-                                b, el(i), b.gep(o, [b.add(oo, i)])))
+                            if keep is not None and not c_is_x:
+                                # a kept exponent: its own loop, the exponent a constant there
+                                word = 32 if isinstance(c.type, ir.FloatType) else 64
+                                bits = b.bitcast(c, ir.IntType(word))
+                                for v in keep:
+                                    k = ir.Constant(c.type, v)
+                                    with b.if_then(b.icmp_unsigned("==", bits, b.bitcast(
+                                            k, bits.type))):
+                                        own(lambda i, k=k, vp=vp, voff=voff: impl(
+                                            b, (sp, b.load(b.gep(vp, [b.add(voff, i)])), k)))
+                                        b.branch(done)
+                            lean_chunks()
                         b.branch(done)
                 # both inputs read in place, or both constant (staged, in chunks)
                 staged = smin(n, _c(CHUNK))

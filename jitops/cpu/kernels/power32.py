@@ -170,26 +170,6 @@ def general(a, b):
     return _scalar.pow_f32(a, b)
 
 
-class Lean:
-    """An element's lean form (jitops.cpu.kernels.binary.row): on a chunk whose every lane
-    passes ``calm``, ``core`` gives each lane's answer, elsewhere ``general`` (None: the
-    element itself); ``keep``: the constant exponents for which the element itself runs the
-    whole row instead, given the exponent as a constant."""
-
-    __slots__ = ("calm", "core", "general", "keep")
-
-    def __init__(self, calm, core, general=None, keep=()):
-        self.calm, self.core, self.general, self.keep = calm, core, general, keep
-
-
-#: Lean forms by (op, compute dtype). NumPy's loop for one exponent keeps its own answers
-#: for its five exponents and runs ``powf`` for the others: here the vector power, as an
-#: array of exponents gets (C's ``powf`` called per element ran 0.8x NumPy's).
-LEAN = {("power_float32", "float32"): Lean(calm, core),
-        ("power_float_one_exponent", "float32"): Lean(calm, core, general,
-                                                      (-1.0, -0.0, 0.0, 0.5, 1.0, 2.0))}
-
-
 @overload(_scalar.pow_f32, jit_options=INNER, inline="always")
 def _ov_pow_f32(a, b):
     if a == types.float32 and b == types.float32:

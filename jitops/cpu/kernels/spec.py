@@ -388,10 +388,7 @@ def _emit_frem_single(b, x, y):
     done = b.append_basic_block("fmod.done")
     b.cbranch(fast, quick, slow)
     b.position_at_end(quick)
-    q = b.call(b.module.declare_intrinsic("llvm.trunc", [dbl]), [b.fdiv(X, Y)])
-    r = b.fsub(X, b.fmul(q, Y))
-    sign = b.module.declare_intrinsic("llvm.copysign", [dbl], ir.FunctionType(dbl, [dbl, dbl]))
-    r_quick = b.fptrunc(b.call(sign, [r, X]), x.type)
+    r_quick = _emit_frem_quick(b, (x, y))
     b.branch(done)
     b.position_at_end(slow)
     r_slow = _emit_frem_c(b, x, y, _c_fmodf(b.module))
@@ -404,7 +401,20 @@ def _emit_frem_single(b, x, y):
     return phi
 
 
+def _emit_frem_quick(b, a):
+    """The float32 ``fmod`` of :func:`_emit_frem_single`'s fast pairs, alone: no branch, so a
+    loop of it vectorises (jitops.cpu.kernels.lean runs it where every lane is such a pair)."""
+    x, y = a
+    dbl = ir.DoubleType()
+    X, Y = b.fpext(x, dbl), b.fpext(y, dbl)
+    q = b.call(b.module.declare_intrinsic("llvm.trunc", [dbl]), [b.fdiv(X, Y)])
+    r = b.fsub(X, b.fmul(q, Y))
+    sign = b.module.declare_intrinsic("llvm.copysign", [dbl], ir.FunctionType(dbl, [dbl, dbl]))
+    return b.fptrunc(b.call(sign, [r, X]), x.type)
+
+
 _frem = _float_intrinsic("frem", 2, _emit_frem)
+frem_quick = _float_intrinsic("frem_quick", 2, _emit_frem_quick)
 _floor = _float_intrinsic("floor", 1, lambda b, a: b.call(
     b.module.declare_intrinsic("llvm.floor", [a[0].type]), a))
 
