@@ -32,6 +32,9 @@ def _divmod(a, b):
     return _pair(a, b)
 
 
+_divmod.table_op = "divmod_float"  # what it computes on floats (its CPU lean form's key)
+
+
 _OP = ElementwiseOp(_divmod, name="divmod")
 
 

@@ -95,3 +95,23 @@ def test_paddles_remainder_takes_the_lean_form_with_its_own_zero_signs():
     assert general[keep].tobytes() == lean[keep].tobytes()
     zero = lean == 0
     assert zero.any() and np.array_equal(np.signbit(lean[zero]), np.signbit(x[zero]))
+
+
+@pytest.mark.parametrize("a,b", [(5.0, 0.0), (np.inf, 3.0), (5.0, np.nan), (2.0 ** 60, 3.0),
+                                 (1e-45, 0.0), (-0.0, -2.0)])
+def test_divmod_runs_the_lean_form_in_its_one_pass(a, b):
+    """jitops.divmod (the several-result kernels: the function says it computes
+    ``divmod_float``): calm blocks lean, a block with any other pair the element; NumPy's
+    bits and warnings for both results, each lane the same either way."""
+    rng = np.random.default_rng(23)
+    x, y = _calm(2000, rng)
+    (q, r), raised = _run(jitops.divmod, x, y)
+    (wq, wr), warned = _run(np.divmod, x, y)
+    assert q.tobytes() == wq.tobytes() and r.tobytes() == wr.tobytes() and raised == warned
+    xs, ys = x.copy(), y.copy()
+    xs[700], ys[700] = a, b
+    (gq, gr), raised = _run(jitops.divmod, xs, ys)
+    (wq, wr), warned = _run(np.divmod, xs, ys)
+    assert gq.tobytes() == wq.tobytes() and gr.tobytes() == wr.tobytes() and raised == warned
+    keep = np.arange(2000) != 700
+    assert gq[keep].tobytes() == q[keep].tobytes() and gr[keep].tobytes() == r[keep].tobytes()

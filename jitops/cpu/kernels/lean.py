@@ -70,4 +70,20 @@ LEAN = {("power_float32", "float32"): Lean(power32.calm, power32.core),
                                                       (-1.0, -0.0, 0.0, 0.5, 1.0, 2.0)),
         **{(op.__name__, "float32"): Lean(frem_calm, _quick(op))
            for op in (_scalar.floor_divide_float, _scalar.remainder_float, _scalar.fmod_float,
-                      _scalar.paddle_remainder_float)}}
+                      _scalar.paddle_remainder_float, _scalar.divmod_float)}}
+
+_INLINED: dict = {}
+
+
+def of_function(fn, compute: str) -> tuple | None:
+    """``(calm, core)`` inlined by Numba, for a function of the several-result kernels
+    (jitops.cpu.kernels.reduce) that says which table op it computes (its ``table_op``),
+    where that op has a lean form for ``compute``; else None."""
+    lean = LEAN.get((getattr(fn, "table_op", None), compute))
+    if lean is None or lean.general is not None or lean.keep:
+        return None
+    pair = _INLINED.get(lean)
+    if pair is None:
+        pair = _INLINED[lean] = tuple(inner(f.py_func, inline="always")
+                                      for f in (lean.calm, lean.core))
+    return pair

@@ -48,6 +48,7 @@ from numba.np.numpy_support import from_dtype
 from ...core.reduction import identity
 from ..compile.jit import INNER, inner, wrapper
 from ..threads import pool
+from . import lean as _lean
 from . import nary
 from .binary import (
     compiled_address,
@@ -369,12 +370,22 @@ def _map_source(spec, ns: dict, params: str, count: str, rows: bool = False):
     lines, args = _prologue(spec, ns, rows)
     lines = [f"def impl(spec, {params}):", *lines]
     lines += [f"    b{r} = bufs[{r}]" for r in range(k)]
-    if len(value_types(spec)) == 1 and k == 1:
-        lines += [f"    for j in range({count}):", f"        b0[j] = FN({args})"]
-    else:
+
+    def loop(fn: str, indent: str = "    ") -> list[str]:
+        if len(value_types(spec)) == 1 and k == 1:
+            return [f"{indent}for j in range({count}):", f"{indent}    b0[j] = {fn}({args})"]
         names = ", ".join(f"g{r}" for r in range(k))
-        lines += [f"    for j in range({count}):", f"        {names} = FN({args})"]
-        lines += [f"        b{r}[j] = g{r}" for r in range(k)]
+        return [f"{indent}for j in range({count}):", f"{indent}    {names} = {fn}({args})",
+                *(f"{indent}    b{r}[j] = g{r}" for r in range(k))]
+
+    lean = _lean.of_function(_function(spec), spec.compute)
+    if lean is None:
+        lines += loop("FN")
+    else:  # every lane calm: the lean form (counted: a sum vectorises, an and did not)
+        ns["CALM"], ns["CORE"] = lean
+        lines += ["    calm = 0", f"    for j in range({count}):",
+                  f"        calm += CALM({args})", f"    if calm == {count}:",
+                  *loop("CORE", "        "), "    else:", *loop("FN", "        ")]
     what = "row map" if rows else "map"
     exec(compile("\n".join(lines) + "\n", f"<jitops {what} of {len(spec.inputs)} inputs>",
                  "exec"), ns)
