@@ -379,15 +379,15 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     o_ty = o
     inlined = spec.op in INLINED
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
-    # an element with a lean form for calm chunks (jitops.cpu.kernels.lean): its functions
+    # an element with a lean form for calm chunks (jitops.cpu.kernels.lean): its functions,
+    # typed, and the constant exponents it keeps
     lean = _lean.LEAN.get((spec.op, spec.compute)) if (
         spec.act is None and spec.x == spec.y == spec.out == spec.compute) else None
+    kept = lean.keep if lean is not None else ()
     if lean is not None:
-        lean = {name: (t, typingctx.resolve_function_type(t, args, {})) for name, t, args in (
-            (name, typingctx.resolve_value_type(getattr(lean, name)),
-             (y.dtype,) if name == "keep" else (x.dtype, y.dtype))
-            for name in ("calm", "core", "general") if getattr(lean, name))}
-        lean["keep"] = _lean.LEAN[spec.op, spec.compute].keep
+        lean = {name: (t, typingctx.resolve_function_type(t, (x.dtype, y.dtype), {}))
+                for name, t in ((name, typingctx.resolve_value_type(getattr(lean, name)))
+                                for name in ("calm", "core", "general") if getattr(lean, name))}
 
     def codegen(context, builder, signature, args):
         b = builder
@@ -408,16 +408,10 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
 
         pick = general = keep = None
         if lean is not None:
-            fns = {name: context.get_function(*typed) for name, typed in lean.items()
-                   if name != "keep"}
+            fns = {name: context.get_function(*typed) for name, typed in lean.items()}
 
             def inlined_call(name, *args):
-                block, start = b.block, len(b.block.instructions)
-                v = fns[name](b, args)
-                for ins in block.instructions[start:]:
-                    if isinstance(ins, ir.CallInstr):
-                        ins.attributes.add("alwaysinline")
-                return v
+                return call(fns[name], args)
 
             def pick(xq, yq, m):
                 return _emit_pick(
@@ -427,7 +421,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             if "general" in fns:
                 def general(pa, pb):
                     return inlined_call("general", b.load(pa), b.load(pb))
-            keep = lean["keep"] or None
+            keep = kept or None
 
         def eq(a, v):
             return b.icmp_signed("==", a, _c(v))
