@@ -657,7 +657,7 @@ def call_several(op, operands: tuple, broadcast, axis: int, out, device) -> Any:
     results, status = on_cpu.run_pass_status(
         op.py_func, inputs, st.frames_in, st.space, st.frames, st.kernel_hows,
         st.kernel_dtypes, lead, fname, st.compute, (op.key, op.cacheable), into=into,
-        found=found if wrap is None else None, data=st)
+        found=found, data=st)
     if outs is None and wrap is None:
         return _several_done(st, results, status, fname)
     if status >= on_cpu.FP_RAISED:
