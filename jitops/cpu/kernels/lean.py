@@ -41,6 +41,16 @@ def frem_calm(a, b):
     return (ea != 0xFF) & (eb != 0) & (eb != 0xFF) & (ea <= eb + 23)
 
 
+@inner
+def quotient_calm(a, b):
+    """:func:`frem_calm`, and ``a / b`` zero or above ``2**-101`` (nothing below float32's
+    smallest normal): the floored quotient's lanes compute ``a / b`` for a zero quotient's
+    sign, a branch LLVM takes in every lane of a vector, and it must not raise *underflow*
+    where NumPy's lane does not take it (``1 // -3e38``)."""
+    ea, eb = (_bits(a) >> 23) & 0xFF, (_bits(b) >> 23) & 0xFF
+    return frem_calm(a, b) & ((eb <= ea + 100) | ((_bits(a) & 0x7FFFFFFF) == 0))
+
+
 def _rebound(fn, **names):
     """``fn``'s code with some of its globals bound to others."""
     return FunctionType(fn.__code__, {**fn.__globals__, **names}, fn.__name__,
@@ -69,8 +79,10 @@ LEAN = {("power_float32", "float32"): Lean(power32.calm, power32.core),
                                                       power32.general,
                                                       (-1.0, -0.0, 0.0, 0.5, 1.0, 2.0)),
         **{(op.__name__, "float32"): Lean(frem_calm, _quick(op))
-           for op in (_scalar.floor_divide_float, _scalar.remainder_float, _scalar.fmod_float,
-                      _scalar.paddle_remainder_float, _scalar.divmod_float)}}
+           for op in (_scalar.remainder_float, _scalar.fmod_float,
+                      _scalar.paddle_remainder_float)},
+        **{(op.__name__, "float32"): Lean(quotient_calm, _quick(op))
+           for op in (_scalar.floor_divide_float, _scalar.divmod_float)}}
 
 _INLINED: dict = {}
 

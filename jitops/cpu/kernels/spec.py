@@ -339,32 +339,54 @@ def _float_intrinsic(name, n, emit):
 
 
 def _emit_frem(b, a):
-    """C's ``fmod``. An infinite dividend gives the CPU's default NaN (``x - x``), as the C
+    """C's ``fmod``. An infinite dividend by a number gives the CPU's default NaN, as the C
     library does: LLVM lowers ``frem`` by a divisor it knows to be a power of two (a bool
     operand's 1.0) to ``x - trunc(x)`` with ``x``'s sign copied, +NaN for +inf. float32
-    operands whose quotient is below 2**24 take :func:`_emit_frem_single` instead."""
+    operands whose quotient is below 2**24 take :func:`_emit_frem_single` instead; double
+    ``fmod`` is C's, called (:func:`_c_fmod`)."""
     x, y = a
     if isinstance(x.type, ir.FloatType):
         return _emit_frem_single(b, x, y)
-    return _emit_frem_c(b, x, y)
+    return _emit_frem_c(b, x, y, _c_fmod(b.module, x.type))
 
 
-def _emit_frem_c(b, x, y, call=None):
+#: The CPU's default NaN (``inf - inf``): its sign bit (x86's is set, AArch64's clear).
+_DEFAULT_NAN_NEGATIVE = math.copysign(1.0, math.inf - math.inf) < 0
+
+
+def _default_nan(ty):
+    """The CPU's default NaN of float type ``ty``, as a constant."""
+    width = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(ty)]
+    mant = {16: 10, 32: 23, 64: 52}[width]
+    bits = (((1 << (width - mant)) - 1) << mant) | (1 << (mant - 1))  # exponent, quiet bit
+    bits |= _DEFAULT_NAN_NEGATIVE << (width - 1)
+    return ir.Constant(ir.IntType(width), bits).bitcast(ty)
+
+
+def _emit_frem_c(b, x, y, call):
+    """``call(x, y)`` (C's ``fmod``), the default NaN picked for an infinite ``x`` by a number
+    (C's value; ``call`` raised C's *invalid*). A constant: a value computed for the pick
+    (``x - x``) was computed in every lane, raising *invalid* for ``fmod(inf, nan)``, which
+    C answers quietly."""
     fabs = b.module.declare_intrinsic("llvm.fabs", [x.type])
     infinite = b.fcmp_ordered("==", b.call(fabs, [x]), ir.Constant(x.type, float("inf")))
     by_number = b.fcmp_ordered("ord", y, y)
-    rem = b.frem(x, y) if call is None else b.call(call, [x, y])
-    return b.select(b.and_(infinite, by_number), b.fsub(x, x), rem)
+    rem = b.call(call, [x, y])
+    return b.select(b.and_(infinite, by_number), _default_nan(x.type), rem)
 
 
-def _c_fmodf(module):
-    """C's ``fmodf``, called as a function that may write (errno): a call LLVM neither
-    speculates nor vectorises, so a loop with it on a rare branch stays a branch. ``frem``
-    there (the same C call once lowered) was if-converted: the vectorised loop called it
-    for every element, 1.2x slower than before the fast path."""
-    fn = module.globals.get("fmodf")
+def _c_fmod(module, ty):
+    """C's ``fmod`` (double) or ``fmodf`` (float), called as a function that may write
+    (errno): a call LLVM neither speculates nor vectorises, so a loop with it on a rare
+    branch stays a branch. ``frem`` there (the same C call once lowered) was if-converted:
+    the vectorised loop called it for every element (1.2x slower than before float32's fast
+    path), and a zero divisor's lanes of ``floor_divide`` computed ``fmod(x, 0)``, raising
+    the *invalid* NumPy's branch does not."""
+    name = "fmodf" if isinstance(ty, ir.FloatType) else "fmod"
+    fn = module.globals.get(name)
     if fn is None:
-        fn = ir.Function(module, ir.FunctionType(ir.FloatType(), [ir.FloatType()] * 2), "fmodf")
+        fn = ir.Function(module, ir.FunctionType(ty, [ty] * 2), name)
+        fn.attributes.add("nobuiltin")
     return fn
 
 
@@ -391,7 +413,7 @@ def _emit_frem_single(b, x, y):
     r_quick = _emit_frem_quick(b, (x, y))
     b.branch(done)
     b.position_at_end(slow)
-    r_slow = _emit_frem_c(b, x, y, _c_fmodf(b.module))
+    r_slow = _emit_frem_c(b, x, y, _c_fmod(b.module, x.type))
     slow_end = b.block
     b.branch(done)
     b.position_at_end(done)
