@@ -11,7 +11,11 @@ and on CUDA (a Numba ``generic`` overload) and from Python on numbers (the op it
 NumPy's rules come with it -- integer floor division by zero is 0 with NumPy's warning (named
 after your op), comparisons of NaN are false, int64 and uint64 compare exactly -- but not
 integer power's refusal of negative exponents (inside an op an element cannot refuse: it
-gives the squaring loop's answer).
+gives the squaring loop's answer). Two follow from how a user op types its elements: float16
+operands reach the function as float32, so ``nextafter`` there steps in float32 (NumPy's
+float16 ``nextafter`` steps in float16: call :func:`jitops.nextafter` on such arrays); and
+``float_power``'s float64 is kept only with ``dtype=numpy.float64`` (a float return from
+float inputs keeps their dtype, as for a weak literal).
 """
 
 from __future__ import annotations

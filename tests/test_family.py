@@ -402,6 +402,29 @@ def test_the_scalar_rules_inside_a_user_op_are_the_ops(op, dt):
         sorted(FAMILY)
 
 
+def test_the_two_documented_user_op_divergences_hold():
+    """jitops.scalar's docstring: ``float_power`` keeps its float64 with ``dtype=`` (without
+    it a float return from float32 inputs is float32), and ``nextafter`` on float16 inputs
+    steps in float32 (their element type in a user op), unlike jitops.nextafter."""
+    def fp(a, b):
+        return jitops.scalar.float_power(a, b)
+
+    x, y = np.array([1e-45, 0.0, 3.0], np.float32), np.array([-1.0, 0.0, 0.5], np.float32)
+    wide = jitops.elementwise(fp, dtype=np.float64)(x, y)
+    assert wide.dtype == np.float64 and wide.tobytes() == np.float_power(x, y).tobytes()
+    assert jitops.elementwise(fp)(x, y).dtype == np.float32
+
+    def step(a, b):
+        return jitops.scalar.nextafter(a, b)
+
+    h, k = np.array([0.0, 1.0], np.float16), np.array([1.0, 2.0], np.float16)
+    with np.errstate(all="ignore"):
+        got = jitops.elementwise(step)(h, k)
+    assert got.tolist() == [0.0, 1.0]  # float32's steps, rounded back to float16
+    assert jitops.nextafter(h, k).tobytes() == np.nextafter(h, k).tobytes()
+    assert np.nextafter(h, k).tolist() != [0.0, 1.0]
+
+
 @pytest.mark.parametrize("dx, dy", [("int8", "int8"), ("int16", "int16"), ("int32", "int32"),
                                     ("uint8", "int8"), ("bool", "int16")])
 def test_narrow_floor_division_in_double_keeps_numpys_values_and_warnings(dx, dy):
