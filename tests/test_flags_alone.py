@@ -1,8 +1,10 @@
 """Each special pair alone: the warnings of an array whose every lane holds one pair are
 NumPy's. The grids of test_family put every pair in one array, where one lane's real flag hides
 another's spurious one: a lane that computes what it does not answer (LLVM if-converts a
-branch, or widens a C call to every lane of a vector) raised *invalid* for ``fmod(inf, nan)``
-and, in the vectorised loops of mixed dtypes, for a zero divisor of ``floor_divide``."""
+branch, widens a C call to every lane of a vector, or drops a guard whose test a pick
+repeats) raised *invalid* for ``fmod(inf, nan)``, for a zero divisor of ``floor_divide`` in
+the vectorised loops of mixed dtypes and of complex ``divide``, and *underflow* for ``1 //
+-3e38``; complex ``power`` to -1 of a NaN part lost its *invalid*."""
 
 from __future__ import annotations
 
@@ -33,12 +35,29 @@ def _run(f, x, y):
     return r, sorted({str(w.message).split(" encountered")[0] for w in caught})
 
 
+#: Complex ops whose elements branch (Smith's division, the power's integer exponents).
+COMPLEX_OPS = ("divide", "power")
+COMPLEX_PAIRS = [(np.complex64, np.complex64), (np.complex128, np.complex128),
+                 (np.complex64, np.float64), (np.float32, np.complex64)]
+
+
 @pytest.mark.parametrize("dx, dy", PAIRS, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("op", OPS)
 def test_each_special_pair_alone_warns_as_numpy_does(op, dx, dy):
+    _check_alone(op, dx, dy, specials(dx), specials(dy))
+
+
+@pytest.mark.parametrize("dx, dy", COMPLEX_PAIRS, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("op", COMPLEX_OPS)
+def test_each_complex_special_pair_alone_warns_as_numpy_does(op, dx, dy):
+    # a third of the complex grid (its parts' specials, every pair of them): a few thousand
+    _check_alone(op, dx, dy, specials(dx)[::3], specials(dy)[::3])
+
+
+def _check_alone(op, dx, dy, xs, ys):
     bad = []
-    for a in specials(dx):
-        for b in specials(dy):
+    for a in xs:
+        for b in ys:
             for n in SIZES:
                 x, y = np.full(n, a, dx), np.full(n, b, dy)
                 want, want_w = _run(getattr(np, op), x, y)

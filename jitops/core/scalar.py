@@ -92,6 +92,15 @@ def ge_signaling(a, b):
     return a >= b
 
 
+def zeros(a, b):
+    """Whether ``a`` and ``b`` are both zeros (of either sign), tested on their bits where a
+    backend can: ``a == 0 and b == 0``'s answer by a test the compiler cannot identify with
+    those comparisons, so a guard made with it is not dropped where a pick repeats them
+    (LLVM then knows which operand the guard's select gives in the picked lanes, and
+    computes on the unguarded one in every lane of a vector)."""
+    return a == 0 and b == 0
+
+
 def complex_divide(a, b, T):
     """Smith's algorithm, with NumPy's ``@TYPE@_divide`` loop's (``loops.c.src``) values and
     floating-point flags.
@@ -108,11 +117,13 @@ def complex_divide(a, b, T):
     in2r_abs = abs(in2r)
     in2i_abs = abs(in2i)
     real_first = ge_signaling(in2r_abs, in2i_abs)
-    nil = in2r_abs == zero and in2i_abs == zero
+    nil = in2r_abs == zero and in2i_abs == zero  # the pick
+    idle = zeros(in2r, in2i)  # the same, for the guards (see zeros)
     big = in2r if real_first else in2i
     small = in2i if real_first else in2r
-    if nil:  # every operation below on harmless values; the parts divided by +0 instead
-        big, small, p, q, dr, di = one, zero, zero, zero, in2r_abs, in2i_abs
+    if idle:  # every operation below on harmless values (``small`` is a zero already); the
+        # parts divided by +0 instead
+        big, p, q, dr, di = one, zero, zero, in2r_abs, in2i_abs
     else:
         p, q, dr, di = in1r, in1i, one, one
     rat = small / big
@@ -739,10 +750,14 @@ def _reciprocal_complex(r, T):
             return T(complex(one / abs_r, zero / abs_i))
         rat = ri / rr
         scl = one / (rr + ri * rat)
-        return T(complex((one + zero * rat) * scl, (zero - one * rat) * scl))
-    rat = rr / ri
-    scl = one / (ri + rr * rat)
-    return T(complex((one * rat + zero) * scl, (zero * rat - one) * scl))
+        q = complex((one + zero * rat) * scl, (zero - one * rat) * scl)
+    else:
+        rat = rr / ri
+        scl = one / (ri + rr * rat)
+        q = complex((one * rat + zero) * scl, (zero * rat - one) * scl)
+    if abs_r != abs_r or abs_i != abs_i:  # its comparison's *invalid*, which LLVM drops
+        q = raise_flags(INVALID, q)  # where both of its arms give NaN
+    return T(q)
 
 
 def power_complex(a, b, T):

@@ -320,6 +320,10 @@ if not SIMULATOR:
             return lambda a, b: a >= b
         return None
 
+    @_ext.overload(_scalar.zeros, target="cuda")
+    def _ov_zeros(a, b):
+        return lambda a, b: a == 0 and b == 0
+
     @_ext.overload(_scalar.raise_flags, target="cuda")
     def _ov_raise_flags(flags, v):  # nor raises any
         return lambda flags, v: v

@@ -457,6 +457,29 @@ def _ov_quiet(a):
     return lambda a: _quiet(a)
 
 
+@intrinsic
+def _zeros(typingctx, a, b):
+    """Whether floats ``a`` and ``b`` are both ±0: their bits ORed, shifted past the sign
+    (one bit test of one value LLVM folds back into ``a == 0``; of two, it keeps)."""
+    if not (isinstance(a, types.Float) and a == b):
+        return None
+
+    def codegen(context, builder, signature, args):
+        ty = ir.IntType(a.bitwidth)
+        fence = builder.module.declare_intrinsic("llvm.arithmetic.fence", [args[0].type])
+        a_, b_ = (builder.call(fence, [v]) for v in args)
+        either = builder.or_(builder.bitcast(a_, ty), builder.bitcast(b_, ty))
+        return builder.icmp_unsigned("==", builder.shl(either, ir.Constant(ty, 1)),
+                                     ir.Constant(ty, 0))
+
+    return types.boolean(a, b), codegen
+
+
+@overload(_scalar.zeros, jit_options=INNER)
+def _ov_zeros(a, b):
+    return lambda a, b: _zeros(a, b)
+
+
 @overload(_scalar.floor_f, jit_options=INNER)
 def _ov_floor(a):
     return lambda a: _floor(a)
