@@ -69,3 +69,18 @@ def _check_alone(op, dx, dy, xs, ys):
                     bad.append(f"{a!r} {b!r} n={n}: NumPy {want_w}, jitops {got_w}, "
                                f"values {'equal' if same else 'differ'}")
     assert not bad, f"{len(bad)} differ:\n" + "\n".join(bad[:20])
+
+
+@pytest.mark.parametrize("dt", ["int8", "int16", "int32", "int64", "uint8", "uint32", "uint64"])
+@pytest.mark.parametrize("op", OPS)
+def test_one_zero_divisor_for_a_whole_row_warns_as_numpy_does(op, dt):
+    """A divisor of one element (an array of one, a NumPy scalar, a Python 0) for a row: the
+    narrow integer remainder's zero-divisor division was dropped from such a row's loop (its
+    answer, 0, was picked), and NumPy's *divide* with it."""
+    x = np.arange(-1000, 1048).astype(dt)
+    want, want_w = _run(getattr(np, op), x, np.zeros(1, dt))
+    for y in (np.zeros(1, dt), np.dtype(dt).type(0), 0):
+        got, got_w = _run(getattr(jitops, op), x, y)
+        assert got_w == want_w, (y, got_w, want_w)
+        for g, w in zip(*((got, want) if op == "divmod" else ((got,), (want,)))):
+            assert g.dtype == w.dtype and np.array_equal(g, w)

@@ -496,7 +496,9 @@ def _remainder_narrow(dividend_sign: bool):
         r = double(a) - q * d
         if dividend_sign and r != 0.0 and (r < 0.0) != (double(a) < 0.0):
             r = r - d
-        return T(0.0 if zero else r)
+        # a zero divisor's 0 as r times 0, not picked: the division stays live where one
+        # zero divides a whole row (picked, LLVM dropped it there, and NumPy's *divide*)
+        return T(r * (0.0 if zero else 1.0))
 
     return remainder_narrow
 
