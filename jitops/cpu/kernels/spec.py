@@ -376,12 +376,11 @@ def _emit_frem_c(b, x, y, call):
 
 
 def _c_fmod(module, ty):
-    """C's ``fmod`` (double) or ``fmodf`` (float), called as a function that may write
-    (errno): a call LLVM neither speculates nor vectorises, so a loop with it on a rare
-    branch stays a branch. ``frem`` there (the same C call once lowered) was if-converted:
-    the vectorised loop called it for every element (1.2x slower than before float32's fast
-    path), and a zero divisor's lanes of ``floor_divide`` computed ``fmod(x, 0)``, raising
-    the *invalid* NumPy's branch does not."""
+    """C's ``fmod`` (double) or ``fmodf`` (float): a call that may write (errno) and is no
+    built-in (``nobuiltin``), so LLVM neither speculates nor widens it and a loop with it on
+    a rare branch stays a branch. ``frem``, or the call LLVM recognised by its name, was
+    if-converted: computed in every lane (slower, and *invalid* from a zero divisor's lanes
+    of ``floor_divide``, which NumPy's branch does not raise)."""
     name = "fmodf" if isinstance(ty, ir.FloatType) else "fmod"
     fn = module.globals.get(name)
     if fn is None:
@@ -459,8 +458,10 @@ def _ov_quiet(a):
 
 @intrinsic
 def _zeros(typingctx, a, b):
-    """Whether floats ``a`` and ``b`` are both ±0: their bits ORed, shifted past the sign
-    (one bit test of one value LLVM folds back into ``a == 0``; of two, it keeps)."""
+    """Whether floats ``a`` and ``b`` are both ±0: their bits ORed, shifted past the sign.
+    LLVM folds a bit test of one value back into ``a == 0``, and one of two where the other
+    is a constant zero (a float divisor's imaginary part): the arithmetic fences keep both
+    values opaque to it."""
     if not (isinstance(a, types.Float) and a == b):
         return None
 
