@@ -347,7 +347,7 @@ def _emit_frem(b, a):
     x, y = a
     if isinstance(x.type, ir.FloatType):
         return _emit_frem_single(b, x, y)
-    return _emit_frem_c(b, x, y, _c_fmod(b.module, x.type))
+    return _emit_frem_c(b, x, y)
 
 
 #: The CPU's default NaN (``inf - inf``): its sign bit (x86's is set, AArch64's clear).
@@ -355,23 +355,22 @@ _DEFAULT_NAN_NEGATIVE = math.copysign(1.0, math.inf - math.inf) < 0
 
 
 def _default_nan(ty):
-    """The CPU's default NaN of float type ``ty``, as a constant."""
-    width = {ir.HalfType: 16, ir.FloatType: 32, ir.DoubleType: 64}[type(ty)]
-    mant = {16: 10, 32: 23, 64: 52}[width]
+    """The CPU's default NaN of float type ``ty`` (float or double), as a constant."""
+    width, mant = (32, 23) if isinstance(ty, ir.FloatType) else (64, 52)
     bits = (((1 << (width - mant)) - 1) << mant) | (1 << (mant - 1))  # exponent, quiet bit
     bits |= _DEFAULT_NAN_NEGATIVE << (width - 1)
     return ir.Constant(ir.IntType(width), bits).bitcast(ty)
 
 
-def _emit_frem_c(b, x, y, call):
-    """``call(x, y)`` (C's ``fmod``), the default NaN picked for an infinite ``x`` by a number
-    (C's value; ``call`` raised C's *invalid*). A constant: a value computed for the pick
-    (``x - x``) was computed in every lane, raising *invalid* for ``fmod(inf, nan)``, which
-    C answers quietly."""
+def _emit_frem_c(b, x, y):
+    """C's ``fmod(x, y)`` called (:func:`_c_fmod`), the default NaN picked for an infinite
+    ``x`` by a number (C's value; the call raised C's *invalid*). A constant: a value
+    computed for the pick (``x - x``) was computed in every lane, raising *invalid* for
+    ``fmod(inf, nan)``, which C answers quietly."""
     fabs = b.module.declare_intrinsic("llvm.fabs", [x.type])
     infinite = b.fcmp_ordered("==", b.call(fabs, [x]), ir.Constant(x.type, float("inf")))
     by_number = b.fcmp_ordered("ord", y, y)
-    rem = b.call(call, [x, y])
+    rem = b.call(_c_fmod(b.module, x.type), [x, y])
     return b.select(b.and_(infinite, by_number), _default_nan(x.type), rem)
 
 
@@ -412,7 +411,7 @@ def _emit_frem_single(b, x, y):
     r_quick = _emit_frem_quick(b, (x, y))
     b.branch(done)
     b.position_at_end(slow)
-    r_slow = _emit_frem_c(b, x, y, _c_fmod(b.module, x.type))
+    r_slow = _emit_frem_c(b, x, y)
     slow_end = b.block
     b.branch(done)
     b.position_at_end(done)
