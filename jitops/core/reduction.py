@@ -77,6 +77,8 @@ def rounded(acc: np.ndarray, dtype: np.dtype) -> np.ndarray:
     """An accumulator rounded once to the result's ``dtype``."""
     if acc.dtype == dtype:
         return acc
+    if acc.dtype.kind in "biu" and dtype.kind in "biu":  # (raises no flag: no errstate)
+        return acc.astype(dtype)
     return _quiet_astype(acc, dtype)
 
 
