@@ -149,10 +149,12 @@ def one_divisor(y: tuple, out: tuple) -> bool:
     return all(n == 1 for n in y) and tuple(y) != tuple(out)
 
 
-#: Scalar entries the CPU kernels never write with non-temporal stores: they vectorise where
-#: LLVM splits a row's plain loop by the one exponent or divisor, which it does not do for the
-#: streamed pair (x ** 2 on 1e7 float32: 2 ms plain, 23 ms streamed).
-NOT_STREAMED = frozenset({"power_float_one_exponent", *BY_ONE_DIVISOR.values()})
+#: Scalar entries whose y is one element broadcast over the row (an exponent, a divisor):
+#: never an input that out is, and never written with non-temporal stores (they vectorise
+#: where LLVM splits a row's plain loop by that element, which it does not do for the
+#: streamed pair: x ** 2 on 1e7 float32, 2 ms plain, 23 ms streamed).
+ONE_ELEMENT_Y = frozenset({"power_float_one_exponent", *BY_ONE_DIVISOR.values()})
+NOT_STREAMED = ONE_ELEMENT_Y
 #: Ops whose scalar entry an operand's size chooses (power_one_exponent, BY_ONE_DIVISOR): a
 #: shape class, which generalises over sizes, takes their calls only where every member gets
 #: one entry.

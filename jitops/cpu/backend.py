@@ -218,7 +218,7 @@ class StoreChoice:
     def __init__(self, streamed: int, spec: KernelSpec) -> None:
         self.streamed, self.plain = streamed, 0
         self.plain_spec = KernelSpec(spec.op, spec.act, spec.x, spec.y, spec.out, spec.compute,
-                                     False, spec.tiled)
+                                     False, spec.tiled, spec.in_place)
         self.times: tuple[list[float], list[float]] = ([], [])
         self.chosen: int | None = None  # the task address kept
 
@@ -263,7 +263,8 @@ class Launch(_Output):
     """
 
     __slots__ = ("entry", "parallel", "task", "metas", "pmeta", "direct", "shape", "dtype",
-                 "strides", "x_dtype", "y_dtype", "y_check", "choice", "fp_mask", "maker")
+                 "strides", "x_dtype", "y_dtype", "y_check", "choice", "fp_mask", "maker",
+                 "in_place")
 
     def __init__(self, spec: KernelSpec, plan, build_meta, dtype: np.dtype):
         self.x_dtype, self.y_dtype = spec.x, spec.y  # what a weak scalar operand becomes
@@ -277,6 +278,7 @@ class Launch(_Output):
         self.parallel = kernels.runs_parallel(plan, dtype, (spec.x, spec.y))
         self.entry = entry_point(kernels.KERNELS["serial"])
         self.task = kernels.task_address(spec)
+        self.in_place = spec.in_place  # (an input may be out's exact view: KernelSpec)
         self.choice = StoreChoice(self.task, spec) if (
             spec.stream and self.parallel and not any(kernels.read_in_full(plan))) else None
         self.metas = Metas(build_meta)
@@ -389,17 +391,24 @@ def launch(call: PreparedCall) -> Launch | UserLaunch | None:
         return _launch_user(call)
     x, y = call.inputs
     t = call.target
+    # out is an input (x += y): a task with the loops of such rows (KernelSpec.in_place),
+    # the only one whose launches let an input be out's exact view (OPERAND.SAME); another
+    # launch refuses such a call, which is then planned as one
+    same = tuple(_same_geometry(t, a) for a in (t, x, y))
+    in_place = call.out is not None and any(
+        s and _address(a) == _address(t) for s, a in zip(same[1:], (x, y)))
+    same = (same[0], *(s and in_place for s in same[1:]))
     spec = KernelSpec(call.impl, call.act, x.dtype, y.dtype, call.dtypes.result,
                       call.dtypes.compute,
                       call.impl not in catalog.NOT_STREAMED and kernels.should_stream(
                           call.plan, call.dtypes.result, (x.dtype, y.dtype), staged_tiles=True),
-                      call.plan.variant == TILED)
+                      call.plan.variant == TILED, in_place)
     # The kernel re-checks alignment and, with out=, overlap on every launch (it must: the
     # fast path hands it the caller's arrays), so their geometry is part of the launch.
     geometry = ((t.dtype.alignment, x.dtype.alignment, y.dtype.alignment),
                 None if call.out is None else tuple(
                     byte_extent(0, a.shape, a.strides, a.itemsize) for a in (t, x, y)),
-                tuple(_same_geometry(t, a) for a in (t, x, y)))
+                same)
     result = _launch_for(spec, call.plan, geometry, call.dtypes.result)
     status = result._run(t, x, y, call.fname, call.out)  # prepare made the zero check
     if status != kernels.OK:  # the pipeline made the operands ready: this is a bug

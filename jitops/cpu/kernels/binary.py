@@ -21,10 +21,10 @@ from types import FunctionType
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import cgutils
+from numba.core import callconv, cgutils
 from numba.extending import intrinsic, register_jitable
 
-from ...core import config
+from ...core import catalog, config
 from ...core.plan import CONTIG, SCALAR_X, SCALAR_Y, STRIDED, TILED, Plan
 from ..compile import cache, hooks, registries
 from ..compile.jit import ENTRY, driver, inner
@@ -272,15 +272,16 @@ def emit_store_word(b, v, p) -> None:
 
 
 def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str,
-                        pick=None) -> None:
+                        pick=None, stage=None) -> None:
     """LLVM IR: a row's elements ``[0, n)`` in chunks of at most ``chunk``, cut at the
     streaming head ``h``: ordinary stores before it, non-temporal ones from it where the
-    spec streams (``h == n``: nothing streams). ``chunk_at(j)`` gives the chunk starting at
-    element ``j``: ``(value_at, out)``, ``value_at(i)`` the value of its element ``i`` and
-    ``out`` where its output starts; ``pick(j, m)``, where given: ``(calm, value_at)``, a
-    test of the chunk and the value of its element ``i`` where it holds (:func:`_emit_pick`).
-    The built-in rows (:func:`row`) and the user ops' rows (jitops.cpu.kernels.nary) share
-    it."""
+    spec streams (``h == n``: nothing streams). ``stage(j, m)``, where given, runs first in
+    each chunk (copying the inputs out aliases into their buffers: :func:`emit_alias_copies`);
+    ``chunk_at(j)`` gives the chunk starting at element ``j``: ``(value_at, out)``,
+    ``value_at(i)`` the value of its element ``i`` and ``out`` where its output starts;
+    ``pick(j, m)``, where given: ``(calm, value_at)``, a test of the chunk and the value of
+    its element ``i`` where it holds (:func:`_emit_pick`). The built-in rows (:func:`row`)
+    and the user ops' rows (jitops.cpu.kernels.nary) share it."""
     j = cgutils.alloca_once_value(b, _c(0))
     cond = b.append_basic_block(f"{name}.chunk.cond")
     body = b.append_basic_block(f"{name}.chunk.body")
@@ -294,6 +295,8 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str,
     in_head = b.icmp_signed("<", jv, h)
     m = b.select(in_head, _smin(b, m0, b.sub(h, jv)), m0)
     hs = b.select(in_head, m, _c(0))  # elements of this chunk before the head
+    if stage is not None:
+        stage(jv, m)
     value_at, out = chunk_at(jv)
 
     def stores(value_at):
@@ -313,6 +316,26 @@ def emit_chunked_stores(b, n, chunk, h, stream: bool, chunk_at, name: str,
     b.store(b.add(jv, m), j)
     b.branch(cond)
     b.position_at_end(after)
+
+
+def emit_alias_copies(b, inputs, jv, m) -> None:
+    """LLVM IR: where an input of a unit-stride row is out itself (``out = x`` in place:
+    ``(aliased, source, buffer)`` per input, an i1 and two pointers at the row's start), its
+    chunk ``[jv, jv + m)`` copied into its stack buffer, which the chunk then reads. LLVM
+    vectorises a loop only where it can tell the store from every load: a row that out
+    overlaps fails its run-time check and runs element by element; the buffer never
+    overlaps out, and the copy is one more pass over L1."""
+    for aliased, source, buffer in inputs:
+        with b.if_then(aliased):
+            src = b.gep(source, [jv])
+            _emit_loop(b, _c(0), m, lambda i, src=src, buffer=buffer: b.store(
+                b.load(b.gep(src, [i])), b.gep(buffer, [i])))
+
+
+def is_alias(b, out, at_out, p, at):
+    """LLVM IR: whether input row ``p[at]`` starts where out's row ``out[at_out]`` does."""
+    return b.icmp_unsigned("==", b.ptrtoint(b.gep(p, [at]), _LL64),
+                           b.ptrtoint(b.gep(out, [at_out]), _LL64))
 
 
 def _emit_pick(b, calm_at, lean_at, xq, yq, m):
@@ -358,6 +381,127 @@ def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, 
             b.load(b.gep(xb, [i])), b.gep(o, [b.add(oo, b.mul(b.add(jv, i), so))])))
 
 
+#: What :func:`_in_place_row` returns where none of its loops serves the row (not a status
+#: of Numba's: those are 0, the exceptions' codes from 1, and -1 .. -3).
+NOT_HANDLED = -64
+
+
+def _c32(v: int):
+    return ir.Constant(_LL32, v)
+
+
+def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: bool,
+                  direct: tuple[bool, bool], one_y: bool, sp_ty, types_):
+    """The LLVM function (one per module) that runs a unit-stride row whose out is one of its
+    inputs (``out=x``): ``i32 f(result, excinfo, o, x, y, oo, xo, yo, n, xb, yb, x_const,
+    y_const, x_alias, y_alias)``, 0 where it ran the row, :data:`NOT_HANDLED` where it has
+    no loop for it (the row's own loops then read the input in place), else the element's
+    error status.
+
+    Out as the input of its type (``direct``: x, y) is read where it is stored, the other
+    input constant (``x *= c``, ``c - y``: elements without a lean form) or read in place
+    (``x += y``): the same address in the loop, which LLVM vectorises. Any other alias with
+    neither input constant (both inputs, another type) is copied into its stack buffer a
+    chunk at a time (:func:`emit_alias_copies`). Never streamed: each line is read just
+    before it is written. A function of its own (``noinline``): in the row's function these
+    loops changed how LLVM optimised the others (a scalar's heaviside slowed). The lean form
+    and the element are those the row's ordinary loops use (``keep``: an element whose lean
+    form keeps exponents takes the element itself there); an op whose y is one element
+    broadcast (``one_y``) has only ``x *= c``."""
+    fn = module.globals.get("jitops.row_in_place")
+    if fn is not None:
+        return fn
+    o_t, x_t, y_t, xb_t, yb_t = types_
+    i1 = ir.IntType(1)
+    # Numba's calling convention's first two (a result pointer, unused; the caller's exception
+    # record, where an element's error goes), so that the element's calls propagate as in
+    # any compiled function
+    fn = ir.Function(module, ir.FunctionType(_LL32, [
+        ir.IntType(8).as_pointer(), callconv.excinfo_ptr_t.as_pointer(), o_t, x_t, y_t, _LL64,
+        _LL64, _LL64, _LL64, xb_t, yb_t, i1, i1, i1, i1]), "jitops.row_in_place")
+    fn.linkage = "internal"
+    fn.attributes.add("noinline")
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    o, x, y, oo, xo, yo, n, xb, yb, x_const, y_const, x_alias, y_alias = fn.args[2:]
+    sp = ir.Constant(sp_ty, None)  # (the spec is a type, its value unused)
+
+    def call(f, args):
+        block, start = b.block, len(b.block.instructions)
+        v = f(b, args)
+        if inline_calls:
+            for ins in block.instructions[start:]:
+                if isinstance(ins, ir.CallInstr):
+                    ins.attributes.add("alwaysinline")
+        return v
+
+    def element_at(pa, pb):
+        return call(impl, (sp, b.load(pa), b.load(pb)))
+
+    pick = None
+    if lean_fns is not None and not keep:
+        def pick(xq, yq, m):
+            return _emit_pick(
+                b, lambda pa, pb: call(lean_fns["calm"], (b.load(pa), b.load(pb))),
+                lambda pa, pb: call(lean_fns["core"], (b.load(pa), b.load(pb))), xq, yq, m)
+
+    # out is the input read along the row, the other constant
+    for aliased, other_const, cp, coff, c_is_x, same in (
+            (x_alias, y_const, y, yo, False, direct[0]), (y_alias, x_const, x, xo, True,
+                                                          direct[1])):
+        if not same or lean_fns is not None:
+            continue
+        with b.if_then(b.and_(aliased, other_const)):
+            c = b.load(b.gep(cp, [coff]))
+            oq = b.gep(o, [oo])
+
+            def value(i, c=c, oq=oq, c_is_x=c_is_x):
+                v = b.load(b.gep(oq, [i]))
+                return call(impl, (sp, c, v) if c_is_x else (sp, v, c))
+
+            _emit_loop(b, _c(0), n, lambda i, value=value, oq=oq: b.store(
+                value(i), b.gep(oq, [i])))
+            b.ret(_c32(0))
+    if one_y:
+        b.ret(_c32(NOT_HANDLED))
+        return fn
+    # out is one input, the other read in place
+    x_held, y_held = b.or_(x_const, x_alias), b.or_(y_const, y_alias)
+    for aliased, other_held, in_x in ((x_alias, y_held, True), (y_alias, x_held, False)):
+        if not direct[0 if in_x else 1]:
+            continue
+        with b.if_then(b.and_(aliased, b.not_(other_held))):
+            def operands(jv, in_x=in_x):
+                oq = b.gep(o, [b.add(oo, jv)])
+                return (oq, b.gep(y, [b.add(yo, jv)])) if in_x else \
+                    (b.gep(x, [b.add(xo, jv)]), oq)
+
+            def at(jv, operands=operands, in_x=in_x):
+                xq, yq = operands(jv)
+                return lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])), xq if in_x else yq
+
+            emit_chunked_stores(b, n, _c(CHUNK) if pick else n, n, False, at, "row.in_place",
+                                pick and (lambda jv, m, operands=operands: pick(
+                                    *operands(jv), m)))
+            b.ret(_c32(0))
+    # neither constant: each aliased input copied into its buffer, a chunk at a time
+    with b.if_then(b.not_(b.or_(x_const, y_const))):
+        def inputs_at(jv):
+            return (b.select(x_alias, xb, b.gep(x, [b.add(xo, jv)])),
+                    b.select(y_alias, yb, b.gep(y, [b.add(yo, jv)])))
+
+        def chunk_at(jv):
+            xq, yq = inputs_at(jv)
+            return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
+                    b.gep(o, [b.add(oo, jv)]))
+
+        emit_chunked_stores(b, n, _c(CHUNK), n, False, chunk_at, "row.copied", pick and (
+            lambda jv, m: pick(*inputs_at(jv), m)), lambda jv, m: emit_alias_copies(
+                b, ((x_alias, b.gep(x, [xo]), xb), (y_alias, b.gep(y, [yo]), yb)), jv, m))
+        b.ret(_c32(0))
+    b.ret(_c32(NOT_HANDLED))
+    return fn
+
+
 @intrinsic
 def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     """One row of ``n`` elements (offsets ``oo``, ``xo``, ``yo``; element strides ``so``, ``sx``,
@@ -378,6 +522,10 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     sig = types.void(spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb)
     o_ty = o
     inlined = spec.op in INLINED
+    # out as an input of its type reads it where it stores (an op whose y is one element
+    # broadcast only as x *= c), in a function of its own (_in_place_row)
+    one_y = spec.op in catalog.ONE_ELEMENT_Y
+    direct, in_place = (o == x, o == y), spec.in_place
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
     # an element with a lean form for calm chunks (jitops.cpu.kernels.lean): its functions,
     # typed, and the constant exponents it keeps
@@ -407,8 +555,9 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
             return call(impl, (sp, load(pa), load(pb)))
 
         pick = general = keep = None
+        lean_fns = None
         if lean is not None:
-            fns = {name: context.get_function(*typed) for name, typed in lean.items()}
+            fns = lean_fns = {name: context.get_function(*typed) for name, typed in lean.items()}
 
             def inlined_call(name, *args):
                 return call(fns[name], args)
@@ -446,6 +595,22 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                     _emit_loop(b, _c(0), n, one)
             with vector:
                 h = emit_stream_head(context, b, o_ty, o, oo, n) if spec.stream else n
+                if in_place:  # out is an input: the loops of _in_place_row, where it has
+                    # one (compiled for calls planned so: KernelSpec.in_place)
+                    x_alias = b.and_(b.not_(x_const), is_alias(b, o, oo, x, xo))
+                    y_alias = b.and_(b.not_(y_const), is_alias(b, o, oo, y, yo))
+                    with b.if_then(b.or_(x_alias, y_alias)):
+                        fn = _in_place_row(
+                            context, b.module, impl, lean_fns, inlined or lean is not None,
+                            bool(kept), direct, one_y, sp.type,
+                            (o.type, x.type, y.type, xb.type, yb.type))
+                        r = b.call(fn, [ir.Constant(ir.IntType(8).as_pointer(), None),
+                                        b.function.args[1], o, x, y, oo, xo, yo, n, xb, yb,
+                                        x_const, y_const, x_alias, y_alias])
+                        with b.if_then(b.icmp_signed("!=", r, _c32(NOT_HANDLED))):
+                            with b.if_then(b.icmp_signed("!=", r, _c32(0))):
+                                b.ret(r)  # (an element's error status, propagated)
+                            b.branch(done)
                 # One input constant along the row (a column or row broadcast, a scalar): its
                 # value stays in a register and the other is read in place. Staged in a
                 # buffer and read like the other, the outer difference X(4096, 1) -

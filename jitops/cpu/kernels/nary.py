@@ -17,6 +17,7 @@ data addresses, as the built-ins') and the meta's address; a compiled entry
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import itertools
 import os
@@ -51,6 +52,7 @@ from .binary import (
     _stage,
     compiled_address,
     driver_table,
+    emit_alias_copies,
     emit_checks,
     emit_chunked_stores,
     emit_load_word,
@@ -61,6 +63,7 @@ from .binary import (
     emit_unravel,
     finish,
     finish_job,
+    is_alias,
     job_flags,
     note_flags,
     renamed,
@@ -416,6 +419,25 @@ def _element_of(spec: UserSpecType):
     return disp
 
 
+def _emit_first_is_out(b, alias, const, buf, p, o, n, chunk, element, general) -> None:
+    """LLVM IR of a contiguous row whose out is its first input and no other (``x = f(x,
+    ...)``): that input read where it is stored, a loop LLVM vectorises without a copy, never
+    streamed (the line is read just before it is written); else ``general()``."""
+    nops = len(p)
+    others = functools.reduce(b.or_, alias[2:], ir.Constant(ir.IntType(1), 0))
+    with b.if_else(b.and_(alias[1], b.not_(others))) as (direct, otherwise):
+        with direct:
+            def direct_at(jv):
+                oq = b.gep(p[0], [b.add(o[0], jv)])
+                q = [oq] + [b.select(const[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
+                            for k in range(2, nops)]
+                return lambda i: element([b.gep(qk, [i]) for qk in q]), oq
+
+            emit_chunked_stores(b, n, chunk, n, False, direct_at, "urow.inplace")
+        with otherwise:
+            general()
+
+
 @intrinsic
 def user_rows(typingctx, spec, pptrs, pmeta, t):
     """Every row of task ``t`` of a user op; returns 0, or the error status of an exception in the
@@ -502,9 +524,6 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
         contig = eq(s[0], 1)
         for k in range(1, nops):
             contig = b.and_(contig, b.or_(const[k], eq(s[k], 1)))
-        any_const = ir.Constant(ir.IntType(1), 0)
-        for k in range(1, nops):
-            any_const = b.or_(any_const, const[k])
 
         def element(ptrs_at, load=b.load):
             return impl(b, [load(q) for q in ptrs_at])
@@ -530,15 +549,32 @@ def user_rows(typingctx, spec, pptrs, pmeta, t):
                                        lambda i, v=v, k=k: b.store(v, b.gep(buf[k], [i])))
                     h = emit_stream_head(context, b, types.CPointer(stores[0]), p[0], o[0],
                                          n) if stream else n
-                    chunk = b.select(any_const, _c(BUFFER), n)
+                    # an input that is out itself (in place) is read from its buffer, a
+                    # chunk at a time (binary.emit_alias_copies)
+                    alias = [None] + [b.and_(b.not_(const[k]), is_alias(b, p[0], o[0], p[k],
+                                                                          o[k]))
+                                      for k in range(1, nops)]
+                    held = [None] + [b.or_(const[k], alias[k]) for k in range(1, nops)]
+                    chunk = b.select(functools.reduce(b.or_, held[1:]), _c(BUFFER), n)
 
                     def chunk_at(jv):
-                        q = [b.select(const[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
+                        q = [b.select(held[k], buf[k], b.gep(p[k], [b.add(o[k], jv)]))
                              for k in range(1, nops)]
                         return (lambda i: element([b.gep(qk, [i]) for qk in q]),
                                 b.gep(p[0], [b.add(o[0], jv)]))
 
-                    emit_chunked_stores(b, n, chunk, h, stream, chunk_at, "urow")
+                    def stage(jv, m):
+                        emit_alias_copies(b, [(alias[k], b.gep(p[k], [o[k]]), buf[k])
+                                              for k in range(1, nops)], jv, m)
+
+                    if stores[1] != stores[0]:
+                        emit_chunked_stores(b, n, chunk, h, stream, chunk_at, "urow", None,
+                                            stage)
+                    else:
+                        _emit_first_is_out(b, alias, const, buf, p, o, n, chunk, element,
+                                           lambda: emit_chunked_stores(
+                                               b, n, chunk, h, stream, chunk_at, "urow", None,
+                                               stage))
             _emit_next_row(b, meta, offs, idx, walk, nops)
         if stream:
             emit_store_fence(b)

@@ -49,15 +49,16 @@ class KernelSpecType(types.Dummy):
     """Numba type of a :class:`KernelSpec`; all information is in the (stable) name."""
 
     def __init__(self, op: str, act: str | None, x: str, y: str, out: str, compute: str,
-                 stream: bool = False, tiled: bool = False):
+                 stream: bool = False, tiled: bool = False, in_place: bool = False):
         self.op, self.act, self.x, self.y, self.out, self.compute = op, act, x, y, out, compute
-        self.stream, self.tiled = stream, tiled
-        tail = (",stream" if stream else "") + (",tiled" if tiled else "")
+        self.stream, self.tiled, self.in_place = stream, tiled, in_place
+        tail = (",stream" if stream else "") + (",tiled" if tiled else "") + (
+            ",in_place" if in_place else "")
         super().__init__(name=f"jitops.KernelSpec({op},{act},{x},{y},{out},{compute}{tail})")
 
     def __reduce__(self):  # the cache index pickles signatures
         return (KernelSpecType, (self.op, self.act, self.x, self.y, self.out, self.compute,
-                                 self.stream, self.tiled))
+                                 self.stream, self.tiled, self.in_place))
 
 
 register_model(KernelSpecType)(models.OpaqueModel)
@@ -74,30 +75,34 @@ class KernelSpec:
     ``stream``: the task writes unit-stride rows with non-temporal stores
     (jitops.cpu.kernels.stream).
     ``tiled``: the plan is tiled (operands that disagree on layout), so the task stages the
-    transposed input (jitops.cpu.kernels.binary). Each a specialisation of its own, so the code for
-    it is compiled only for the signatures that use it, and the others compile less.
+    transposed input (jitops.cpu.kernels.binary). ``in_place``: planned for a call whose out
+    is an input, the task has the loops of such rows too (binary._in_place_row). Each a
+    specialisation of its own, so the code for it is compiled only for the signatures that
+    use it, and the others compile less.
     """
 
-    __slots__ = ("op", "act", "x", "y", "out", "compute", "stream", "tiled", "numba_type")
+    __slots__ = ("op", "act", "x", "y", "out", "compute", "stream", "tiled", "in_place",
+                 "numba_type")
     _interned: dict[tuple, KernelSpec] = {}
 
     def __new__(cls, op: str, act: str | None, x: np.dtype, y: np.dtype, out: np.dtype,
-                compute: np.dtype, stream: bool = False, tiled: bool = False) -> KernelSpec:
-        key = (op, act, x, y, out, compute, bool(stream), bool(tiled))
+                compute: np.dtype, stream: bool = False, tiled: bool = False,
+                in_place: bool = False) -> KernelSpec:
+        key = (op, act, x, y, out, compute, bool(stream), bool(tiled), bool(in_place))
         self = cls._interned.get(key)
         if self is None:
             self = super().__new__(cls)
             (self.op, self.act, self.x, self.y, self.out, self.compute, self.stream,
-             self.tiled) = key
+             self.tiled, self.in_place) = key
             self.numba_type = KernelSpecType(op, act, x.name, y.name, out.name, compute.name,
-                                             self.stream, self.tiled)
+                                             self.stream, self.tiled, self.in_place)
             cls._interned[key] = self
         return self
 
     def __repr__(self) -> str:
         return f"KernelSpec(op={self.op!r}, act={self.act!r}, x={self.x}, y={self.y}, " \
                f"out={self.out}, compute={self.compute}, stream={self.stream}, " \
-               f"tiled={self.tiled})"
+               f"tiled={self.tiled}, in_place={self.in_place})"
 
 
 @typeof_impl.register(KernelSpec)

@@ -32,6 +32,7 @@ from . import fastcall, shapeclass
 _ND = np.ndarray
 _OK = cpu.OK
 _FP_RAISED = cpu.kernels.FP_RAISED
+_OVERLAP = cpu.kernels.OVERLAP
 _ref = cpu.ref
 _num_threads = parallel.num_threads
 _launch = parallel.launch
@@ -300,7 +301,9 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
     parallel repeat also keeps its drivers, arguments and thread-count stamp (each asked for again
     after a job is a cache miss). None where headers cannot be read.
     """
-    if threads == 1 and launch.direct is not None:  # serial: any shape of its class?
+    if threads == 1 and launch.direct is not None and not launch.in_place:
+        # serial: any shape of its class? (not where out may be an input: a class's entry
+        # takes none)
         r = _class_repeat(key[0], launch, target, x, y, out, broadcast, axis, act, weak)
         if r is not None:
             return r
@@ -351,11 +354,24 @@ def record(key, launch, call, memo: Memo | None, op, operands: tuple, out, given
         _HEADERS.clear()
         _REPEATS.clear()
         shapeclass.clear()
+    if FAST.get(key, launch) is not launch:  # (an in-place launch in another's place)
+        _forget(key)
     FAST[key] = launch
     if isinstance(launch, cpu.Launch) and launch.direct is not None:
         fastcall.verify(launch, call.target, *call.inputs, call.out is None)
         if memo is not None:  # a new shape of its class takes the entry at once
             _first_of_class(memo, op, launch, call, operands, out, given)
+
+
+def _forget(key) -> None:
+    """Drop the entries and repeats bound to the launch kept under ``key`` (every thread
+    count's), before another launch takes its place."""
+    for hkey in [k for k in _HEADERS if k == key or (type(k) is tuple and len(k) == 2
+                                                    and k[0] == key)]:
+        del _HEADERS[hkey]
+    for rkey in [k for k in _REPEATS if type(k) is tuple and len(k) == 2 and (
+            k[0] == key or (type(k[0]) is tuple and len(k[0]) == 2 and k[0][0] == key))]:
+        del _REPEATS[rkey]
 
 
 def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
@@ -442,8 +458,9 @@ def with_scalar(memo: Memo, op, fname, x, y, broadcast, axis, act, out):
         return MISS, None
     target = out if out is not None else launch.new_output()
     stamp = _STAMP[0]  # before the count: see _remember
-    if launch.run(target, xa, ya, fname, out) != _OK:
-        return MISS, None
+    status = launch.run(target, xa, ya, fname, out)
+    if status != _OK:  # (out as an input, refused: as binary's)
+        return MISS, (key if status == _OVERLAP else None)
     threads = _threads_to_remember(launch)
     weak = Weak(x, xa, True) if xa is not x else Weak(y, ya, False)
     if threads and not _cast_overflowed(weak.scalar, weak.array):
@@ -469,18 +486,21 @@ def binary(memo: Memo, op, fname, x, y, broadcast, axis, act, out):
                 launch.report(status, fname)
             return target, None
         launch.check(status, fname, out)  # raises if a task failed
-    elif launch.run(target, x, y, fname, out) == _OK:
-        if not launch.parallel:  # a zero check, or a 0-d result
-            return (target[()] if out is None and not launch.shape else target), None
-        stamp = _STAMP[0]  # before the count: see _remember
-        threads = _threads_to_remember(launch)
-        if threads:
-            push(memo, _remember(key, launch, target, x, y, out, broadcast, axis, act, threads,
-                                 stamp))
-        return target, None
+    else:
+        status = launch.run(target, x, y, fname, out)
+        if status == _OK:
+            if not launch.parallel:  # a zero check, or a 0-d result
+                return (target[()] if out is None and not launch.shape else target), None
+            stamp = _STAMP[0]  # before the count: see _remember
+            threads = _threads_to_remember(launch)
+            if threads:
+                push(memo, _remember(key, launch, target, x, y, out, broadcast, axis, act,
+                                     threads, stamp))
+            return target, None
     # misaligned, overlapping, out read-only or a zero divisor this time: the careful path
-    # (which raises where it must)
-    return MISS, None
+    # (which raises where it must), which keeps its launch where the key's refused out as
+    # an input (planned for another call: its launch is kept in its place)
+    return MISS, (key if status == _OVERLAP else None)
 
 
 def user(op, operands: tuple, broadcast, axis, out):

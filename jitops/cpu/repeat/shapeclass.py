@@ -130,7 +130,9 @@ def plan_call(cls, o, x, y, meta_addr):
         at = c + OPERAND.SIZE * j
         m[at + OPERAND.ALIGN] = t[tc + OPERAND.SIZE * j + OPERAND.ALIGN]
         m[at + OPERAND.LO] = m[at + OPERAND.HI] = 0
-        m[at + OPERAND.SAME] = 1 if j == 0 or j == w[W.FULL] or same_small else 0
+        # (an input out's exact view only where the launch lets one be: KernelSpec.in_place)
+        m[at + OPERAND.SAME] = 1 if j == 0 else t[tc + OPERAND.SIZE * j + OPERAND.SAME] if (
+            j == w[W.FULL] or same_small) else 0
         if m[META.CHECK] != 0:  # out=: the byte extents the overlap check compares
             m[at + OPERAND.HI] = n * w[W.ISZ_O] if j == 0 else (
                 n * isf if j == w[W.FULL] else hi_small)
