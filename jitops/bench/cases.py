@@ -218,6 +218,12 @@ def axpb(x, w, b):
     return x * w + b
 
 
+@jitops.elementwise
+def halve_add(x, y):
+    """The user op of the in-place rows: ``x * 0.5 + y``."""
+    return x * 0.5 + y
+
+
 def _axpb_into(x, w, b, o, wn, bn, **kw) -> dict[str, Callable[[], object]]:
     """``x * w + b`` into ``o`` by every contender: jitops' user op in one pass (``kw``: pdpd's
     axis), NumPy and PyTorch as two ops into ``o`` (their best without temporaries), numexpr
@@ -280,6 +286,38 @@ def _user_abc_small(out: bool):
     if numexpr is not None:
         c["numexpr"] = _ne("a * b + c", a=a, b=b, c=cc)
     return c, 4 * a.nbytes
+
+
+def _in_place(n: int, kind: str):
+    """An array updated in place, as an accumulator or an optimiser step is: ``x += y``
+    (``add``), ``x *= -1`` (``multiply`` by a constant: the values stay as they are) or ``x =
+    x * 0.5 + y`` (a user op; NumPy and PyTorch take two in-place ops), ``out=x`` throughout."""
+    x, y = _rand(n, seed=1), _rand(n, seed=2)
+    tx, ty = _t(x, y) if torch is not None else (None, None)
+    if kind == "add":
+        c = {"jitops": lambda: jitops.add(x, y, out=x), "numpy": lambda: np.add(x, y, out=x)}
+        if torch is not None:
+            c["torch"] = lambda: tx.add_(ty)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x + y", out=x, x=x, y=y)
+    elif kind == "scale":
+        c = {"jitops": lambda: jitops.multiply(x, -1.0, out=x),
+             "numpy": lambda: np.multiply(x, -1.0, out=x)}
+        if torch is not None:
+            c["torch"] = lambda: tx.mul_(-1.0)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x * -1.0", out=x, x=x)
+    else:
+        def two_ops():
+            np.multiply(x, 0.5, out=x)
+            np.add(x, y, out=x)
+
+        c = {"jitops": lambda: halve_add(x, y, out=x), "numpy": two_ops}
+        if torch is not None:
+            c["torch"] = lambda: tx.mul_(0.5).add_(ty)
+        if numexpr is not None:
+            c["numexpr"] = _ne("x * 0.5 + y", out=x, x=x, y=y)
+    return c, (2 if kind == "scale" else 3) * x.nbytes
 
 
 def _overhead():
@@ -605,6 +643,12 @@ CASES = [
            (_sub_out(n, dtype=dt) if kind == "out" else _sub_new(n, dt)), {"numpy": 1.0},
            rounds=41)
       for n in (10**3, 10**4) for dt in (np.float32, np.float64) for kind in ("out", "new")],
+    *[Case(f"inplace_{kind}_{n:.0e}".replace("e+0", "e"),
+           f"{title}, {n:.0e} float32, in place (out=x)".replace("e+0", "e"),
+           functools.partial(_in_place, n, kind), {"numpy": 1.0}, rounds=41)
+      for kind, title in (("add", "x += y"), ("scale", "x *= -1"),
+                          ("user", "user op x = x * 0.5 + y"))
+      for n in (10**4, 10**6)],
     *[Case(f"vary_{dt.__name__}_{kind}",
            f"subtract, {_BATCH} pairs of random lengths 100-5,000, {dt.__name__}, "
            f"{'out=' if kind == 'out' else 'new result'} (per {_BATCH} calls)",
