@@ -21,7 +21,7 @@ from types import FunctionType
 import numpy as np
 from llvmlite import ir
 from numba import njit, prange, types
-from numba.core import callconv, cgutils
+from numba.core import cgutils
 from numba.extending import intrinsic, register_jitable
 
 from ...core import catalog, config
@@ -381,22 +381,14 @@ def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, 
             b.load(b.gep(xb, [i])), b.gep(o, [b.add(oo, b.mul(b.add(jv, i), so))])))
 
 
-#: What :func:`_in_place_row` returns where none of its loops serves the row (not a status
-#: of Numba's: those are 0, the exceptions' codes from 1, and -1 .. -3).
-NOT_HANDLED = -64
-
-
-def _c32(v: int):
-    return ir.Constant(_LL32, v)
-
-
 def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: bool,
-                  direct: tuple[bool, bool], one_y: bool, sp_ty, types_):
-    """The LLVM function (one per module) that runs a unit-stride row whose out is one of its
-    inputs (``out=x``): ``i32 f(result, excinfo, o, x, y, oo, xo, yo, n, xb, yb, x_const,
-    y_const, x_alias, y_alias)``, 0 where it ran the row, :data:`NOT_HANDLED` where it has
-    no loop for it (the row's own loops then read the input in place), else the element's
-    error status.
+                  direct: tuple[bool, bool], one_y: bool, sp_ty, argtys):
+    """The function (one per module, in Numba's calling convention: ``argtys``, the Numba
+    types of ``o, x, y, oo, xo, yo, n, xb, yb`` and of the flags ``x_const, y_const,
+    x_alias, y_alias`` as words) that runs a unit-stride row whose out is one of its inputs
+    (``out=x``): it returns 1 where it ran the row, 0 where it has no loop for it (the row's
+    own loops then read the input in place); an element's error propagates as from any
+    compiled call.
 
     Out as the input of its type (``direct``: x, y) is read where it is stored, the other
     input constant (``x *= c``, ``c - y``: elements without a lean form) or read in place
@@ -411,19 +403,17 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
     fn = module.globals.get("jitops.row_in_place")
     if fn is not None:
         return fn
-    o_t, x_t, y_t, xb_t, yb_t = types_
-    i1 = ir.IntType(1)
-    # Numba's calling convention's first two (a result pointer, unused; the caller's exception
-    # record, where an element's error goes), so that the element's calls propagate as in
-    # any compiled function
-    fn = ir.Function(module, ir.FunctionType(_LL32, [
-        ir.IntType(8).as_pointer(), callconv.excinfo_ptr_t.as_pointer(), o_t, x_t, y_t, _LL64,
-        _LL64, _LL64, _LL64, xb_t, yb_t, i1, i1, i1, i1]), "jitops.row_in_place")
+    conv = context.call_conv
+    fn = ir.Function(module, conv.get_function_type(types.int64, argtys), "jitops.row_in_place")
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     b = ir.IRBuilder(fn.append_basic_block("entry"))
-    o, x, y, oo, xo, yo, n, xb, yb, x_const, y_const, x_alias, y_alias = fn.args[2:]
+    o, x, y, oo, xo, yo, n, xb, yb, *flags = conv.get_arguments(fn)
+    x_const, y_const, x_alias, y_alias = (b.icmp_signed("!=", f, _c(0)) for f in flags)
     sp = ir.Constant(sp_ty, None)  # (the spec is a type, its value unused)
+
+    def ran(yes: bool):
+        conv.return_value(b, _c(int(yes)))
 
     def call(f, args):
         block, start = b.block, len(b.block.instructions)
@@ -460,9 +450,9 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
 
             _emit_loop(b, _c(0), n, lambda i, value=value, oq=oq: b.store(
                 value(i), b.gep(oq, [i])))
-            b.ret(_c32(0))
+            ran(True)
     if one_y:
-        b.ret(_c32(NOT_HANDLED))
+        ran(False)
         return fn
     # out is one input, the other read in place
     x_held, y_held = b.or_(x_const, x_alias), b.or_(y_const, y_alias)
@@ -482,7 +472,7 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
             emit_chunked_stores(b, n, _c(CHUNK) if pick else n, n, False, at, "row.in_place",
                                 pick and (lambda jv, m, operands=operands: pick(
                                     *operands(jv), m)))
-            b.ret(_c32(0))
+            ran(True)
     # neither constant: each aliased input copied into its buffer, a chunk at a time
     with b.if_then(b.not_(b.or_(x_const, y_const))):
         def inputs_at(jv):
@@ -497,8 +487,8 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
         emit_chunked_stores(b, n, _c(CHUNK), n, False, chunk_at, "row.copied", pick and (
             lambda jv, m: pick(*inputs_at(jv), m)), lambda jv, m: emit_alias_copies(
                 b, ((x_alias, b.gep(x, [xo]), xb), (y_alias, b.gep(y, [yo]), yb)), jv, m))
-        b.ret(_c32(0))
-    b.ret(_c32(NOT_HANDLED))
+        ran(True)
+    ran(False)
     return fn
 
 
@@ -526,6 +516,7 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
     # broadcast only as x *= c), in a function of its own (_in_place_row)
     one_y = spec.op in catalog.ONE_ELEMENT_Y
     direct, in_place = (o == x, o == y), spec.in_place
+    in_place_args = (o, x, y, *(types.int64,) * 4, xb, yb, *(types.int64,) * 4)
     stage_strided = inlined and o.dtype == x.dtype == y.dtype
     # an element with a lean form for calm chunks (jitops.cpu.kernels.lean): its functions,
     # typed, and the constant exponents it keeps
@@ -602,14 +593,14 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                     with b.if_then(b.or_(x_alias, y_alias)):
                         fn = _in_place_row(
                             context, b.module, impl, lean_fns, inlined or lean is not None,
-                            bool(kept), direct, one_y, sp.type,
-                            (o.type, x.type, y.type, xb.type, yb.type))
-                        r = b.call(fn, [ir.Constant(ir.IntType(8).as_pointer(), None),
-                                        b.function.args[1], o, x, y, oo, xo, yo, n, xb, yb,
-                                        x_const, y_const, x_alias, y_alias])
-                        with b.if_then(b.icmp_signed("!=", r, _c32(NOT_HANDLED))):
-                            with b.if_then(b.icmp_signed("!=", r, _c32(0))):
-                                b.ret(r)  # (an element's error status, propagated)
+                            bool(kept), direct, one_y, sp.type, in_place_args)
+                        status, handled = context.call_conv.call_function(
+                            b, fn, types.int64, in_place_args,
+                            [o, x, y, oo, xo, yo, n, xb, yb,
+                             *(b.zext(f, _LL64) for f in (x_const, y_const, x_alias, y_alias))])
+                        with cgutils.if_unlikely(b, status.is_error):
+                            context.call_conv.return_status_propagate(b, status)
+                        with b.if_then(b.icmp_signed("!=", handled, _c(0))):
                             b.branch(done)
                 # One input constant along the row (a column or row broadcast, a scalar): its
                 # value stays in a register and the other is read in place. Staged in a
