@@ -381,6 +381,24 @@ def _emit_staged_strided(b, element_at, o, x, y, oo, xo, yo, n, so, sx, sy, xb, 
             b.load(b.gep(xb, [i])), b.gep(o, [b.add(oo, b.mul(b.add(jv, i), so))])))
 
 
+def _chunk_reader(b, element_at, o, oo, xs, ys):
+    """``(inputs_at, chunk_at)`` of a chunked unit-stride row (:func:`emit_chunked_stores`):
+    each input ``(pointer, offset, buffer, held)`` read from its stack buffer where ``held``
+    (an i1), else where it lies; out from ``o[oo]``."""
+    (x, xo, xb, x_held), (y, yo, yb, y_held) = xs, ys
+
+    def inputs_at(jv):
+        return (b.select(x_held, xb, b.gep(x, [b.add(xo, jv)])),
+                b.select(y_held, yb, b.gep(y, [b.add(yo, jv)])))
+
+    def chunk_at(jv):
+        xq, yq = inputs_at(jv)
+        return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
+                b.gep(o, [b.add(oo, jv)]))
+
+    return inputs_at, chunk_at
+
+
 def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: bool,
                   direct: tuple[bool, bool], one_y: bool, sp_ty, argtys):
     """The function (one per module, in Numba's calling convention: ``argtys``, the Numba
@@ -475,15 +493,8 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
             ran(True)
     # neither constant: each aliased input copied into its buffer, a chunk at a time
     with b.if_then(b.not_(b.or_(x_const, y_const))):
-        def inputs_at(jv):
-            return (b.select(x_alias, xb, b.gep(x, [b.add(xo, jv)])),
-                    b.select(y_alias, yb, b.gep(y, [b.add(yo, jv)])))
-
-        def chunk_at(jv):
-            xq, yq = inputs_at(jv)
-            return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
-                    b.gep(o, [b.add(oo, jv)]))
-
+        inputs_at, chunk_at = _chunk_reader(b, element_at, o, oo, (x, xo, xb, x_alias),
+                                            (y, yo, yb, y_alias))
         emit_chunked_stores(b, n, _c(CHUNK), n, False, chunk_at, "row.copied", pick and (
             lambda jv, m: pick(*inputs_at(jv), m)), lambda jv, m: emit_alias_copies(
                 b, ((x_alias, b.gep(x, [xo]), xb), (y_alias, b.gep(y, [yo]), yb)), jv, m))
@@ -673,15 +684,8 @@ def row(typingctx, spec, o, x, y, oo, xo, yo, n, so, sx, sy, xb, yb):
                     pick = None
                 chunk = _c(CHUNK) if pick else b.select(b.or_(x_const, y_const), _c(CHUNK), n)
 
-                def inputs_at(jv):
-                    return (b.select(x_const, xb, b.gep(x, [b.add(xo, jv)])),
-                            b.select(y_const, yb, b.gep(y, [b.add(yo, jv)])))
-
-                def chunk_at(jv):
-                    xq, yq = inputs_at(jv)
-                    return (lambda i: element_at(b.gep(xq, [i]), b.gep(yq, [i])),
-                            b.gep(o, [b.add(oo, jv)]))
-
+                inputs_at, chunk_at = _chunk_reader(b, element_at, o, oo, (x, xo, xb, x_const),
+                                                    (y, yo, yb, y_const))
                 emit_chunked_stores(b, n, chunk, h, spec.stream, chunk_at, "row", pick and (
                     lambda jv, m: pick(*inputs_at(jv), m)))
         b.branch(done)
