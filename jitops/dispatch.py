@@ -83,6 +83,14 @@ def public_op(op: str, fname: str):
                     return target
                 r.launch.check(status, fname, out)  # raises if a task failed
             # not such arrays (or misaligned, overlapping, read-only): the one before
+        if (type(x) is not _ND or type(y) is not _ND) and device is None \
+                and type(axis) is int and (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) \
+                and _plain(x) and _plain(y):
+            # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
+            # dtype, NEP 50), so as one its repeats take the fast paths here (before the one
+            # before: that repeat would refuse it too)
+            return fn(_as_array(x), _as_array(y), broadcast=broadcast, axis=axis, act=act,
+                      out=out, device=device)
         r = memo.before
         if r is not None and broadcast is r.broadcast and axis is r.axis and act is r.act \
                 and device is None and (out is None) is r.new:
@@ -110,11 +118,6 @@ def public_op(op: str, fname: str):
                 if got is not MISS:
                     return got
                 return _call(op, fname, (x, y), broadcast, axis, act, out, device, key, memo)
-            if (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) and _plain(x) and _plain(y):
-                # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
-                # dtype, NEP 50), so as one its repeats take the fast path above.
-                return fn(_as_array(x), _as_array(y), broadcast=broadcast, axis=axis, act=act,
-                          out=out, device=device)
         return _call(op, fname, (x, y), broadcast, axis, act, out, device, None)
 
     return fn
