@@ -16,6 +16,7 @@ never multiply signatures.
 from __future__ import annotations
 
 import ctypes
+import hashlib
 from types import FunctionType
 
 import numpy as np
@@ -401,12 +402,12 @@ def _chunk_reader(b, element_at, o, oo, xs, ys):
 
 def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: bool,
                   direct: tuple[bool, bool], one_y: bool, sp_ty, argtys):
-    """The function (one per module, in Numba's calling convention: ``argtys``, the Numba
-    types of ``o, x, y, oo, xo, yo, n, xb, yb`` and of the flags ``x_const, y_const,
-    x_alias, y_alias`` as words) that runs a unit-stride row whose out is one of its inputs
-    (``out=x``): it returns 1 where it ran the row, 0 where it has no loop for it (the row's
-    own loops then read the input in place); an element's error propagates as from any
-    compiled call.
+    """The function (one per module and signature, in Numba's calling convention:
+    ``argtys``, the Numba types of ``o, x, y, oo, xo, yo, n, xb, yb`` and of the flags
+    ``x_const, y_const, x_alias, y_alias`` as words) that runs a unit-stride row whose out is
+    one of its inputs (``out=x``): it returns 1 where it ran the row, 0 where it has no loop
+    for it (the row's own loops then read the input in place); an element's error
+    propagates as from any compiled call.
 
     Out as the input of its type (``direct``: x, y) is read where it is stored, the other
     input constant (``x *= c``, ``c - y``: elements without a lean form) or read in place
@@ -418,11 +419,13 @@ def _in_place_row(context, module, impl, lean_fns, inline_calls: bool, keep: boo
     and the element are those the row's ordinary loops use (``keep``: an element whose lean
     form keeps exponents takes the element itself there); an op whose y is one element
     broadcast (``one_y``) has only ``x *= c``."""
-    fn = module.globals.get("jitops.row_in_place")
+    conv = context.call_conv
+    fnty = conv.get_function_type(types.int64, argtys)
+    name = "jitops.row_in_place." + hashlib.sha256(str(fnty).encode()).hexdigest()[:16]
+    fn = module.globals.get(name)
     if fn is not None:
         return fn
-    conv = context.call_conv
-    fn = ir.Function(module, conv.get_function_type(types.int64, argtys), "jitops.row_in_place")
+    fn = ir.Function(module, fnty, name)
     fn.linkage = "internal"
     fn.attributes.add("noinline")
     b = ir.IRBuilder(fn.append_basic_block("entry"))

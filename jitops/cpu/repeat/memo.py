@@ -354,24 +354,14 @@ def record(key, launch, call, memo: Memo | None, op, operands: tuple, out, given
         _HEADERS.clear()
         _REPEATS.clear()
         shapeclass.clear()
-    if FAST.get(key, launch) is not launch:  # (an in-place launch in another's place)
-        _forget(key)
+    if FAST.get(key, launch) is not launch:  # an in-place launch in another's place: the
+        _HEADERS.clear()  # entries and repeats bound to that one go (made again on demand)
+        _REPEATS.clear()
     FAST[key] = launch
     if isinstance(launch, cpu.Launch) and launch.direct is not None:
         fastcall.verify(launch, call.target, *call.inputs, call.out is None)
         if memo is not None:  # a new shape of its class takes the entry at once
             _first_of_class(memo, op, launch, call, operands, out, given)
-
-
-def _forget(key) -> None:
-    """Drop the entries and repeats bound to the launch kept under ``key`` (every thread
-    count's), before another launch takes its place."""
-    for hkey in [k for k in _HEADERS if k == key or (type(k) is tuple and len(k) == 2
-                                                    and k[0] == key)]:
-        del _HEADERS[hkey]
-    for rkey in [k for k in _REPEATS if type(k) is tuple and len(k) == 2 and (
-            k[0] == key or (type(k[0]) is tuple and len(k[0]) == 2 and k[0][0] == key))]:
-        del _REPEATS[rkey]
 
 
 def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
