@@ -10,6 +10,7 @@ take ``act=`` as the original eight do. Numba-free.
 
 from __future__ import annotations
 
+import operator
 import platform
 import sys
 from dataclasses import dataclass
@@ -274,3 +275,13 @@ def decided(op: str, scalar: int, dtype: np.dtype, scalar_first: bool) -> bool |
     # "array OP scalar" with the scalar above every value (or below, when not ``above``)
     return {"equal": False, "not_equal": True, "less": above, "less_equal": above,
             "greater": not above, "greater_equal": not above}[op]
+
+
+_EXACT = {"equal": operator.eq, "not_equal": operator.ne, "less": operator.lt,
+          "less_equal": operator.le, "greater": operator.gt, "greater_equal": operator.ge}
+
+
+def compared(op: str, x: int, y: int) -> bool:
+    """Comparison ``op`` of two Python ints, exactly (NumPy 2's answer where one is beyond
+    int64: ``equal(2**70, 2**70)`` is True)."""
+    return _EXACT[op](x, y)

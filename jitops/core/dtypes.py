@@ -52,6 +52,8 @@ class DTypes:
 _F16 = np.dtype(np.float16)
 _F32 = np.dtype(np.float32)
 _BOOL = np.dtype(bool)
+_OBJECT = np.dtype(object)
+_I64 = np.dtype(np.int64)
 
 
 def bfloat16() -> np.dtype | None:
@@ -281,6 +283,11 @@ def _resolve_row(row: catalog.Row, xv: object, yv: object, fname: str, act) -> D
     loops it follows), and its scalar entry for that loop."""
     slots = (_slot(xv), _slot(yv))
     loop, bf = _loop(row.ufunc, slots)
+    if loop is not None and loop[0] == _OBJECT:
+        # two Python ints compared: NumPy's resolver alone answers its object loop, its call
+        # makes them int64 arrays (``np.greater(0, 0)``; one beyond int64 the planner decides)
+        slots = (_I64, _I64)
+        loop, bf = _loop(row.ufunc, slots)
     if loop is None:
         names = " and ".join(getattr(d, "__name__", str(d)) for d in slots)
         raise TypeError(f"jitops.{fname}: not supported for {names} (numpy.{row.ufunc.__name__} "

@@ -216,13 +216,20 @@ def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
         raise ScalarOverflowError(f"jitops.{fname}: {e}") from None
 
 
-def beyond_range(op, v: object, dtype: np.dtype, first: bool) -> bool | None:
-    """The answer of comparison ``op`` with the Python int ``v`` beyond integer ``dtype``'s
-    range (NumPy 2 compares it exactly, where other ops raise OverflowError), else None."""
+def beyond_range(op, kinds: tuple, k: int, dtype: np.dtype) -> bool | None:
+    """The answer of comparison ``op`` where its operand ``k``, a Python int, is beyond
+    integer ``dtype``'s range (``kinds``: each operand's dtype, or the weak scalar itself).
+    NumPy 2 compares such an int exactly: with any value of an integer array, with another
+    Python int; beside a bool it raises OverflowError, as other ops do. Else None."""
+    v = kinds[k]
     if type(v) is not int or dtype.kind not in "iu" or catalog.ROWS.get(op) is None \
             or catalog.ROWS[op].kind != catalog.COMPARISON:
         return None
-    return catalog.decided(op, v, dtype, first)
+    verdict = catalog.decided(op, v, dtype, k == 0)
+    other = kinds[1 - k]
+    if verdict is None or type(other) is bool or getattr(other, "kind", None) == "b":
+        return None
+    return catalog.compared(op, *kinds) if type(other) is int else verdict
 
 
 def element_strides(strides: tuple[int, ...], itemsize: int) -> tuple[int, ...] | None:
@@ -365,7 +372,7 @@ def prepare(mem: Memory, op: str | UserOp, fname: str, operands: tuple, mode: st
     decided = False
     for k, v in enumerate(vals):
         if type(v) in WEAK:
-            verdict = beyond_range(kop, v, weak, k == 0)
+            verdict = beyond_range(kop, kinds, k, weak)
             if verdict is not None:  # a comparison the types decide: 0 stands in for it
                 impl, v, decided = ("always_true" if verdict else "always_false"), 0, True
             v = weak_to_array(v, weak, fname)
@@ -434,7 +441,7 @@ def prepare_lazy(op: str | UserOp, fname: str, operands: tuple, mode: str, axis:
         shapes.append(shape_of(v, name, fname))
     _, dt, weak = _dtypes(op, vals, kinds, fname, act)
     for k, v in enumerate(vals):  # an int that does not fit raises now, not in a chunk
-        if type(v) in WEAK and beyond_range(op, v, weak, k == 0) is None:
+        if type(v) in WEAK and beyond_range(op, kinds, k, weak) is None:
             weak_to_array(v, weak, fname)
     out_shape, frames = align_all(shapes, mode, axis)  # the planner's errors, now
     framed = tuple(v if type(v) in WEAK or f == s else v.reshape(f)
