@@ -16,7 +16,7 @@ import numpy as np
 
 from .core import protocols, tensors
 from .core.device import parse, select
-from .core.pipeline import WEAK, normalize, prepare, prepare_lazy
+from .core.pipeline import WEAK, host_arrays, normalize, prepare, prepare_lazy
 from .cpu import backend as cpu
 from .cpu.repeat import memo as repeat
 from .cpu.repeat.memo import MISS, Memo, again, by_identity, parallel_again
@@ -31,18 +31,11 @@ _OK = cpu.OK
 _FP_RAISED = cpu.kernels.FP_RAISED
 _finish_user = cpu.UserLaunch.finish
 _SCALAR = np.generic
-
-
-def _plain(v) -> bool:
-    """An ndarray, a weak Python scalar or a NumPy scalar: what the fast paths take."""
-    t = type(v)
-    return t is _ND or t in WEAK or isinstance(v, _SCALAR)
-
-
-def _as_array(v):
-    """A NumPy scalar as the 0-d array the pipeline would make of it (np.asarray, as
-    :func:`jitops.core.pipeline.host_operand` does); anything else as it is."""
-    return np.asarray(v) if isinstance(v, _SCALAR) else v
+_asarray = np.asarray
+#: NumPy's numeric scalar types (np.float32(2), x.mean()): exact types, as ``type(v) in``
+#: costs one lookup where ``isinstance`` walks a hierarchy.
+_NUMPY_SCALARS = frozenset(t for t in np.sctypeDict.values()
+                           if issubclass(t, np.number) or t is np.bool_)
 
 
 def public_op(op: str, fname: str):
@@ -83,14 +76,21 @@ def public_op(op: str, fname: str):
                     return target
                 r.launch.check(status, fname, out)  # raises if a task failed
             # not such arrays (or misaligned, overlapping, read-only): the one before
-        if (type(x) is not _ND or type(y) is not _ND) and device is None \
-                and type(axis) is int and (isinstance(x, _SCALAR) or isinstance(y, _SCALAR)) \
-                and _plain(x) and _plain(y):
-            # A NumPy scalar (``x - x.mean()``) is a 0-d array to the pipeline (a strong
-            # dtype, NEP 50), so as one its repeats take the fast paths here (before the one
-            # before: that repeat would refuse it too)
-            return fn(_as_array(x), _as_array(y), broadcast=broadcast, axis=axis, act=act,
-                      out=out, device=device)
+        tx, ty = type(x), type(y)
+        if (tx is not _ND or ty is not _ND) and device is None:
+            # A NumPy scalar (x - x.mean()) beside an array or a number is the 0-d array it
+            # is to the pipeline, as are lists and two Python numbers: as those, their
+            # repeats take the fast paths here (before the one before: that repeat would
+            # refuse them too)
+            if ty in _NUMPY_SCALARS and (tx is _ND or tx in WEAK):
+                return fn(x, _asarray(y), broadcast=broadcast, axis=axis, act=act, out=out)
+            if tx in _NUMPY_SCALARS and (ty is _ND or ty in WEAK or ty in _NUMPY_SCALARS):
+                return fn(_asarray(x), y, broadcast=broadcast, axis=axis, act=act, out=out)
+            if type(axis) is int and (out is None or type(out) is _ND) \
+                    and not (tx is _ND and ty in WEAK or ty is _ND and tx in WEAK):
+                arrays = host_arrays(op, (x, y), fname, act)
+                if arrays is not None:
+                    return fn(*arrays, broadcast=broadcast, axis=axis, act=act, out=out)
         r = memo.before
         if r is not None and broadcast is r.broadcast and axis is r.axis and act is r.act \
                 and device is None and (out is None) is r.new:
@@ -106,7 +106,6 @@ def public_op(op: str, fname: str):
             r.launch.check(status, fname, out)  # raises if a task failed
             # then the key
         if device is None and type(axis) is int:
-            tx, ty = type(x), type(y)
             if tx is _ND and ty is _ND:
                 got, key = repeat.binary(memo, op, fname, x, y, broadcast, axis, act, out)
                 if got is not MISS:
@@ -156,8 +155,12 @@ def call_user(op, operands: tuple, broadcast, axis, out, device):
         # not such arrays (or misaligned, overlapping, read-only): the key
     key = None
     if device is None and type(axis) is int:
-        if any(isinstance(v, _SCALAR) for v in operands) and all(map(_plain, operands)):
-            operands = tuple(_as_array(v) for v in operands)
+        if (out is None or type(out) is _ND) and not WEAK.issuperset(map(type, operands)):
+            # as arrays, their latest repeat may take them (Python numbers alone are keyed
+            # as they are)
+            arrays = host_arrays(op, operands, op.__name__, None)
+            if arrays is not None:
+                return call_user(op, arrays, broadcast, axis, out, device)
         got, key = repeat.user(op, operands, broadcast, axis, out)
         if got is not MISS:
             return got

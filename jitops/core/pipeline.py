@@ -208,6 +208,69 @@ def host_operand(v: object, name: str, fname: str) -> np.ndarray | object:
     return a
 
 
+def host_arrays(op: str | UserOp, operands: tuple, fname: str, act) -> tuple | None:
+    """The operands as the host arrays :func:`prepare` would make of them, where that is all
+    it would do to them: NumPy scalars and numeric lists or tuples through ``np.asarray`` (as
+    :func:`host_operand`), and weak Python scalars where every operand is one, each a 0-d
+    array of the dtype NumPy's weak rule gives them together (``1 + 2.5``: both float64).
+    ndarrays and a weak scalar beside an array stay as they are. None where nothing would
+    change, or where an operand is of another kind or would be refused (the careful path
+    then converts it, or says what is wrong): a caller hands the arrays to the repeats that
+    arrays take, with the same answer."""
+    if WEAK.issuperset(map(type, operands)):
+        key = (op, act, *map(type, operands))
+        try:
+            kop, weak = _WEAK_ARRAYS[key]
+        except KeyError:
+            if len(_WEAK_ARRAYS) >= 4096:
+                _WEAK_ARRAYS.clear()
+            kop, weak = _WEAK_ARRAYS[key] = _weak_arrays(op, operands, fname, act)
+        except TypeError:  # an unhashable act: the careful path says what is wrong
+            return None
+        if weak is None or any(type(v) is int and beyond_range(kop, operands, k, weak)
+                               is not None for k, v in enumerate(operands)):
+            return None  # a comparison the types decide
+        try:
+            return tuple(np.asarray(v, dtype=weak) for v in operands)
+        except OverflowError:  # an int that does not fit: the careful path raises
+            return None
+    arrays, changed = [], False
+    for v in operands:
+        t = type(v)
+        if t is np.ndarray or t in WEAK:
+            arrays.append(v)
+            continue
+        if isinstance(v, np.generic):
+            a = np.asarray(v)
+        elif t is list or t is tuple:
+            try:
+                a = np.asarray(v)
+            except Exception:  # ragged, or not numbers
+                return None
+            if a.dtype.kind not in "biufc":
+                return None
+        else:
+            return None
+        arrays.append(a)
+        changed = True
+    return tuple(arrays) if changed else None
+
+
+#: (kernel op, dtype) of weak scalars met together, by (op, act, their types): None where
+#: the careful path must take them (refused, or arrays of that dtype would take another loop).
+_WEAK_ARRAYS: dict = {}
+
+
+def _weak_arrays(op, operands: tuple, fname: str, act) -> tuple:
+    try:
+        kop, dt, weak = _dtypes(op, operands, operands, fname, act)
+        if _dtypes(op, operands, (weak,) * len(operands), fname, act)[1] == dt:
+            return kop, weak
+    except Exception:  # the careful path raises it
+        pass
+    return None, None
+
+
 def weak_to_array(v: object, dtype: np.dtype, fname: str) -> np.ndarray:
     """A weak scalar as a 0-d array of ``dtype`` (an int that does not fit raises, as in NumPy)."""
     try:
