@@ -288,6 +288,24 @@ def _user_abc_small(out: bool):
     return c, 4 * a.nbytes
 
 
+def _operands(kind: str):
+    """Operands that are not arrays, as a program hands them: ``x - x.mean()`` on 1e3 float32
+    (a NumPy scalar, new each call), two Python lists of 100 floats, two Python numbers. New
+    results; PyTorch takes the NumPy scalar's tensors (it has no lists or numbers to add)."""
+    if kind == "npscalar":
+        x = _rand(10**3)
+        c = {"jitops": lambda: jitops.subtract(x, x.mean()),
+             "numpy": lambda: np.subtract(x, x.mean())}
+        if torch is not None:
+            (tx,) = _t(x)
+            c["torch"] = lambda: torch.sub(tx, tx.mean())
+        return c, 2 * x.nbytes
+    if kind == "lists":
+        a, b = _rand(100, np.float64, 1).tolist(), _rand(100, np.float64, 2).tolist()
+        return {"jitops": lambda: jitops.add(a, b), "numpy": lambda: np.add(a, b)}, 3 * 800
+    return {"jitops": lambda: jitops.multiply(3, 2.5), "numpy": lambda: np.multiply(3, 2.5)}, 8
+
+
 def _in_place(n: int, kind: str):
     """An array updated in place, as an accumulator or an optimiser step is: ``x += y``
     (``add``), ``x *= -1`` (``multiply`` by a constant: the values stay as they are) or ``x =
@@ -649,6 +667,16 @@ CASES = [
       for kind, title in (("add", "x += y"), ("scale", "x *= -1"),
                           ("user", "user op x = x * 0.5 + y"))
       for n in (10**4, 10**6)],
+    Case("operand_npscalar", "x - x.mean() (a NumPy scalar operand), 1e3 float32, new result",
+         functools.partial(_operands, "npscalar"), {"numpy": 1 / 1.5}, rounds=41,
+         note="target: within 1.5x NumPy's call (each call converts the scalar)"),
+    Case("operand_lists", "add of two Python lists of 100 floats, new result",
+         functools.partial(_operands, "lists"), {"numpy": 1 / 1.5}, rounds=41,
+         note="target: within 1.5x NumPy's call (each call converts the lists)"),
+    Case("operand_numbers", "multiply of two Python numbers, 3 * 2.5",
+         functools.partial(_operands, "numbers"), {}, rounds=41,
+         note="no target: NumPy answers two numbers without a kernel launch; kept so that a "
+              "regression shows"),
     *[Case(f"vary_{dt.__name__}_{kind}",
            f"subtract, {_BATCH} pairs of random lengths 100-5,000, {dt.__name__}, "
            f"{'out=' if kind == 'out' else 'new result'} (per {_BATCH} calls)",
