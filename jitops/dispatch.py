@@ -4,7 +4,9 @@ In order: the CPU backend's repeats (:mod:`jitops.cpu.repeat.memo`), CUDA's (onc
 operands that decide ufuncs themselves (NEP 13, :mod:`jitops.core.protocols`), Dask (whose
 chunks come back here), then :func:`jitops.core.pipeline.prepare` and a backend. The one
 piece of the CPU's repeats written into the public function is the call of its latest serial
-repeat's compiled entry: a repeat then costs one Python frame, not two.
+repeat's compiled entry: a repeat then costs one Python frame, not two. Operands the pipeline
+would only convert (NumPy scalars, lists, two Python numbers) are converted before the keyed
+repeats (:func:`jitops.core.pipeline.host_arrays`), which then take them as arrays.
 """
 
 from __future__ import annotations
