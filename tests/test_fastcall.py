@@ -57,6 +57,41 @@ def test_repeats_run_through_the_compiled_entry_out_and_new(rng):
     assert len({id(a) for a in results}) == 4
 
 
+def test_fortran_and_transposed_new_results_keep_numpys_layout(rng):
+    # NumPy lays a new result out as its operands are (order="K"): the entry makes a Fortran
+    # one itself (PyArray_NewFromDescr's order word), any other dense layout is made by the
+    # repeat in memory order and transposed back; each checked as NumPy's, every call
+    f = np.asfortranarray(rng.random((6, 9)))
+    t = rng.random((4, 5, 3)).transpose(2, 0, 1)  # dense, neither C nor Fortran
+    for a, b in ((f, f), (f, 2.5), (t, t)):
+        want = np.add(a, b)
+        results = [jitops.add(a, b) for _ in range(4)]
+        for got in results:
+            assert got.strides == want.strides and got.dtype == want.dtype
+            assert sys.getrefcount(got) == 3  # the list, the loop name and the argument
+            assert got.flags.writeable
+            np.testing.assert_array_equal(got, want)
+        assert len({id(g) for g in results}) == 4
+    for _ in range(3):
+        jitops.multiply(f, f)
+    r = _repeat_of("multiply")
+    assert r.makes and r.native is r.headers.new  # the entry makes the Fortran result
+    assert "new-F" in fastcall._VERIFIED
+    got = jitops.multiply(f, f)
+    assert got.flags.f_contiguous and got.flags.owndata
+    np.testing.assert_array_equal(got, f * f)
+
+    @jitops.elementwise
+    def axpb(a, b, c):
+        return a * b + c
+
+    for _ in range(3):
+        got = axpb(f, f, f)
+        assert got.flags.f_contiguous
+        np.testing.assert_array_equal(got, f * f + f)
+    assert got.flags.owndata and "user-new-F" in fastcall._VERIFIED  # the entry made it
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64", "int16", "complex128", "float16"])
 def test_other_objects_of_that_geometry_and_others_that_are_not(dtype, rng):
     def arr(shape, dt=dtype):

@@ -107,11 +107,11 @@ def _repeat(self, args, nargs):
             meta = address_of(words) if dims != 0 else 0
         if meta != 0:
             if nargs == want:
-                # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, 0, NULL) takes a
-                # reference to descr
+                # PyArray_NewFromDescr(type, descr, nd, dims, NULL, NULL, order, NULL) takes
+                # a reference to descr (without data, the flags word only says the order)
                 _call1v(block[B.INCREF], block[B.DESCR])
                 made = target = _call8(block[B.NEW], block[B.TYPE], block[B.DESCR], nd, dims,
-                                       0, 0, 0, 0)
+                                       0, 0, block[B.ORDER], 0)
             if target != 0:
                 if block[B.WAKE] != 0:
                     pool.futex_wake(block[B.WAKE])
@@ -156,6 +156,9 @@ class _MethodDef(ctypes.Structure):
 
 
 _METH_FASTCALL = 0x0080
+#: NumPy's NPY_ARRAY_F_CONTIGUOUS: PyArray_NewFromDescr without data lays a result out in
+#: Fortran order where its flags word has it.
+_F_CONTIGUOUS = 0x0002
 _DEF: list = []  # the one PyMethodDef every bound function points to (lives for the process)
 
 
@@ -225,20 +228,26 @@ def _functions() -> tuple[int, ...]:
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
            cls: np.ndarray | None = None, nin: int = 0, driver: int = 0) -> np.ndarray:
     """The words :func:`_repeat` reads (jitops.cpu.kernels.layout.BLOCK). ``result``: (dtype, shape)
-    of the C-ordered new result the entry makes, or None; ``wake``: a pool control block to
-    wake first, or 0; ``cls``: a shape class's words (``size`` then is the class's limit)."""
+    or (dtype, shape, order) of the new result the entry makes (order "C", the default, or
+    "F"), or None; ``wake``: a pool control block to wake first, or 0; ``cls``: a shape
+    class's words (``size`` then is the class's limit)."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
-    dtype, shape = result if result is not None else (None, ())
+    dtype, shape, *order = result if result is not None else (None, ())
     if result is None:
         new = 0
     return np.array(layout.fill(
         B, TASK=task, META=meta.__array_interface__["data"][0], INCREF=incref, DECREF=decref,
         PACK=pack, CLEAR=clear, SAVE=save, RESTORE=restore, NEW=new, TYPE=id(np.ndarray),
-        DESCR=id(dtype), ND=len(shape), WAKE=wake,
+        DESCR=id(dtype), ND=len(shape), ORDER=_F_CONTIGUOUS if order == ["F"] else 0, WAKE=wake,
         CLASS=0 if cls is None else cls.__array_interface__["data"][0], NIN=nin,
         DRIVER=driver, STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
+
+
+def _new_path(path: str, result) -> str:
+    """The name under which the entry's path making ``result`` is verified: one per order."""
+    return path + "-F" if result is not None and tuple(result[2:]) == ("F",) else path
 
 
 def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
@@ -249,7 +258,7 @@ def bind(task: int, meta: np.ndarray, size: int, result=None, wake: int = 0,
     first; ``cls``: a shape class's words, ``meta`` then the planner's for one call; ``nin``:
     a user op's task of ``nin`` inputs (``f(out, *inputs)``, ``f(*inputs)``). None where the
     hook is off or the path not verified (:func:`verify`, :func:`verify_user`)."""
-    paths = ("user", "user-new") if nin else ("out", "new")
+    paths = ("user", _new_path("user-new", result)) if nin else ("out", _new_path("new", result))
     if paths[0] not in _VERIFIED or (result is not None and paths[1] not in _VERIFIED) \
             or not hooks.ok("fastcall"):
         return None
@@ -306,7 +315,7 @@ def _settle(ok, paths: tuple[str, ...], differed: str) -> None:
 
 def _made_right(make, status: int, want: np.ndarray) -> bool:
     """Whether the new result an entry makes (``make()``: it, or ``(status, it)``) is
-    ``want``: the same dtype, shape and bytes, C-ordered, its own memory, referenced by nobody
+    ``want``: the same dtype, shape, strides and bytes, its own memory, referenced by nobody
     else (held only here: no argument reference counts on any Python)."""
     r = make()
     if status != kernels.OK:
@@ -314,8 +323,8 @@ def _made_right(make, status: int, want: np.ndarray) -> bool:
             return False
         r = r[1]
     return (type(r) is np.ndarray and r.dtype == want.dtype and r.shape == want.shape
-            and r.flags.c_contiguous and r.flags.owndata and r.tobytes() == want.tobytes()
-            and sys.getrefcount(r) == 2)
+            and r.strides == want.strides and r.flags.owndata
+            and r.tobytes(order="A") == want.tobytes(order="A") and sys.getrefcount(r) == 2)
 
 
 def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result: bool) -> None:
@@ -326,8 +335,9 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
     statuses with nothing written. Any difference turns the hook off
     (jitops.cpu.compile.hooks.fail).
     """
-    makes = new_result and launch.makes_c_order()
-    if ("new" if makes else "out") in _VERIFIED or not hooks.ok("fastcall"):
+    made = launch.entry_result() if new_result else None
+    makes = made is not None
+    if (_new_path("new", made) if makes else "out") in _VERIFIED or not hooks.ok("fastcall"):
         return
     try:
         meta_of = launch.metas.build(threads=1)
@@ -336,7 +346,7 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
                               meta_of.__array_interface__["data"][0])
         meta = kernels.header_checks(meta_of, (got, x, y))
         size = int(np.prod(target.shape))
-        f = _new(_block(launch.task, meta, size, (got.dtype, got.shape) if makes else None))
+        f = _new(_block(launch.task, meta, size, made))
         g = _new(_block(launch.task, meta, RELEASE_GIL_FROM, None))  # gives the GIL back
         ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
               and f(got, x, y) == status and got.tobytes() == want.tobytes())
@@ -346,22 +356,25 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
         ok = ok and g(x, y) == kernels.MISMATCH and _refuses(f, got, (x, y))
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
         ok = f"{type(e).__name__}: {e}"
-    _settle(ok, ("out", "new") if makes else ("out",), "its first run differed from Numba's "
+    _settle(ok, ("out", _new_path("new", made)) if makes else ("out",), "its first run "
+            "differed from Numba's "
             "wrapper")
 
 
 def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> None:
     """:func:`verify` for a user op's serial launch (once per process and path): the entry
     against the serial driver on the same operands, refused arguments as statuses."""
-    makes = new_result and launch.makes_c_order()
-    if ("user-new" if makes else "user") in _VERIFIED or not hooks.ok("fastcall"):
+    made = launch.entry_result() if new_result else None
+    makes = made is not None
+    if (_new_path("user-new", made) if makes else "user") in _VERIFIED \
+            or not hooks.ok("fastcall"):
         return
     try:
         want, got = _like(target), _like(target)
         status = launch.status(want, inputs, 1)
         meta = kernels.header_checks(launch.metas.build(threads=1), (got, *inputs))
         f = _new(_block(launch.task, meta, int(np.prod(target.shape)),
-                        (got.dtype, got.shape) if makes else None, nin=len(inputs),
+                        made, nin=len(inputs),
                         driver=nary.serial_address()))
         ok = (status in (kernels.OK, *range(kernels.FP_RAISED, N_STATUS))
               and f(got, *inputs) == status and got.tobytes() == want.tobytes())
@@ -369,5 +382,6 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
         ok = ok and _refuses(f, got, inputs)
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
         ok = f"{type(e).__name__}: {e}"
-    _settle(ok, ("user", "user-new") if makes else ("user",), "its first run of a user op "
+    _settle(ok, ("user", _new_path("user-new", made)) if makes else ("user",), "its first "
+            "run of a user op "
             "differed from the driver's")

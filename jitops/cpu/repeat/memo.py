@@ -325,9 +325,9 @@ def _remember(key, launch, target, x, y, out, broadcast, axis, act, threads=1, s
             fastcall.verify(launch, target, x, y, out is None)
         dtypes = (target.dtype, x.dtype, y.dtype)
         if threads == 1:
+            made = launch.entry_result() if out is None else None
             h = Entries(meta, dtypes, fastcall.bind(launch.task, meta, size),
-                        fastcall.bind(launch.task, meta, size, (target.dtype, target.shape))
-                        if out is None and launch.makes_c_order() else None)
+                        fastcall.bind(launch.task, meta, size, made) if made else None)
         else:
             h = Entries(meta, dtypes, *_asleep_entries(launch, target, x, y, out, size))
         _HEADERS[hkey] = h
@@ -417,7 +417,7 @@ def _asleep_entries(launch, target, x, y, out, size: int) -> tuple:
     if meta is None:
         return (None,) * 5
     fastcall.verify(launch, target, x, y, out is None)
-    makes = (target.dtype, target.shape) if out is None and launch.makes_c_order() else None
+    makes = launch.entry_result() if out is None else None
     serial, waking = ((fastcall.bind(launch.task, meta, size, None, wake),
                        fastcall.bind(launch.task, meta, size, makes, wake) if makes else None)
                       for wake in (0, _pools.get().ctl))
@@ -537,8 +537,7 @@ def _remember_user(key, launch, target, arrays, out, broadcast, axis) -> UserRep
             return None
         fastcall.verify_user(launch, target, arrays, out is None)
         size, nin = math.prod(target.shape), len(arrays)
-        makes = (target.dtype, target.shape) if out is None and launch.makes_c_order() \
-            else None
+        makes = launch.entry_result() if out is None else None
         h = _HEADERS[key] = Entries(
             meta, tuple(a.dtype for a in (target, *arrays)),
             fastcall.bind(launch.task, meta, size, nin=nin),
