@@ -306,6 +306,22 @@ def _operands(kind: str):
     return {"jitops": lambda: jitops.multiply(3, 2.5), "numpy": lambda: np.multiply(3, 2.5)}, 8
 
 
+def _layout_new(kind: str):
+    """``x - y`` into a new result laid out as the operands are (NumPy's order K): both
+    Fortran-ordered (a DataFrame's ``.values``, LAPACK's results) or both transposed, (40,
+    250) float32."""
+    x, y = _rand((250, 40), seed=1), _rand((250, 40), seed=2)
+    if kind == "fortran":
+        x, y = np.asfortranarray(x.T), np.asfortranarray(y.T)
+    else:
+        x, y = x.T, y.T
+    c = {"jitops": lambda: jitops.subtract(x, y), "numpy": lambda: np.subtract(x, y)}
+    if torch is not None:
+        tx, ty = _t(x, y)
+        c["torch"] = lambda: torch.sub(tx, ty)
+    return c, 3 * x.nbytes
+
+
 def _in_place(n: int, kind: str):
     """An array updated in place, as an accumulator or an optimiser step is: ``x += y``
     (``add``), ``x *= -1`` (``multiply`` by a constant: the values stay as they are) or ``x =
@@ -667,6 +683,9 @@ CASES = [
       for kind, title in (("add", "x += y"), ("scale", "x *= -1"),
                           ("user", "user op x = x * 0.5 + y"))
       for n in (10**4, 10**6)],
+    *[Case(f"layout_{kind}_new", f"subtract, (40, 250) float32, {kind} operands, new result "
+           "(laid out as they are)", functools.partial(_layout_new, kind), {"numpy": 1.0},
+           rounds=41) for kind in ("fortran", "transposed")],
     Case("operand_npscalar", "x - x.mean() (a NumPy scalar operand), 1e3 float32, new result",
          functools.partial(_operands, "npscalar"), {"numpy": 1 / 1.5}, rounds=41,
          note="target: within 1.5x NumPy's call (each call converts the scalar)"),
