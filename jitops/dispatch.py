@@ -201,6 +201,15 @@ def _call(op, fname, operands, broadcast, axis, act, out, device, key, memo=None
     where = select(device, operands, out, fname)
     if where == "cpu":
         host = tensors.unwrap(operands, out, fname)  # framework tensors, read in place
+        if host is not None and not always_array:
+            # the call on those arrays, which takes their repeats; answered in kind
+            if isinstance(op, str):
+                result = call_op(op, fname, *host.operands, *given, host.out, device)
+            else:
+                result = call_user(op, host.operands, given[0], given[1], host.out, device)
+            if host.wrap is None:
+                return result
+            return host.wrap(result if host.out is not None else np.asarray(result))
         call = prepare(cpu.MEMORY, op, fname, operands if host is None else host.operands,
                        mode, axis, act, out if host is None else host.out)
         launch = cpu.launch(call)

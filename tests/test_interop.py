@@ -18,6 +18,7 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 
 import jitops
+from jitops import dispatch
 
 from .helpers import OPS, valid
 
@@ -277,6 +278,29 @@ def test_torch_zero_copy_both_ways():
     # a 0-d tensor stays a tensor (NumPy's ufuncs hand it back through __array_wrap__ too)
     z = jitops.add(torch.tensor(1.5), torch.tensor(2.0))
     assert isinstance(z, torch.Tensor) and z.shape == () and z.item() == 3.5
+
+
+def test_torch_tensor_calls_take_the_arrays_repeats(monkeypatch):
+    # a tensor call is the call on the arrays the tensors are read as, answered in kind: its
+    # repeats run no pipeline, as an ndarray's do
+    t, u, o = torch.rand(50), torch.rand(50), torch.empty(50)
+
+    @jitops.elementwise
+    def axpb(a, b, c):
+        return a * b + c
+
+    calls = []
+    real = dispatch.prepare
+    for k in range(4):
+        r = jitops.subtract(t, u)
+        assert isinstance(r, torch.Tensor) and torch.equal(r, t - u)
+        assert jitops.add(t, u, out=o) is o and torch.equal(o, t + u)
+        r = axpb(t, u, 1.5)
+        assert isinstance(r, torch.Tensor) and torch.allclose(r, t * u + 1.5)
+        if k == 1:  # the first two settled the launches and the repeats
+            monkeypatch.setattr(dispatch, "prepare", lambda *a, **kw: calls.append(a) or
+                                real(*a, **kw))
+    assert calls == []
 
 
 @pytest.mark.parametrize("make, match", [
