@@ -2,6 +2,10 @@
 call. Each answer is compared with NumPy's, each meta the entry plans with the planner's,
 and every object outside the class must be refused (then the planner decides, as before)."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -66,8 +70,10 @@ def test_new_shapes_of_a_flat_class_match_numpy(dtype, use_out):
                 got = jitops.subtract(x, y)
         assert got.shape == want.shape and got.dtype == want.dtype
         np.testing.assert_array_equal(got, want)
-        if i == 0:
-            assert _classes() == 1, "the first serial call makes its class"
+        if i == 0:  # one shape: its own repeat serves it, no class planner compiled
+            assert _classes() == 0, "a call of one shape makes no class"
+        if i == 1:
+            assert _classes() == 1, "the second shape makes its class"
     assert _classes() == 1, "every later shape took the same class"
 
 
@@ -125,8 +131,9 @@ def test_the_entrys_meta_is_the_planners_for_every_shape():
                  lambda n: (_arr((n, 48), np.float32), _arr((48,), np.float32)),
                  lambda n: (_arr((3,), np.int32), _arr((n, 3), np.int32))):
         dispatch.clear()
-        x, y = make(9)
-        jitops.subtract(x, y)
+        for n in (9, 10):  # the second shape makes the class
+            x, y = make(n)
+            jitops.subtract(x, y)
         ((_template, cls, _fo, _fn),) = shapeclass._CLASSES.values()
         for n in (1, 2, 100, 4095, 4096, 8191, 8192, 8193, 20000, 40000):
             x, y = make(n)
@@ -147,8 +154,9 @@ def test_the_entrys_meta_is_the_planners_for_every_shape():
 
 
 def test_objects_outside_the_class_are_refused_and_planned():
-    x, y = _arr((100,), np.float32), _arr((100,), np.float32)
-    jitops.subtract(x, y)
+    for n in (100, 101):  # the second shape makes the class
+        x, y = _arr((n,), np.float32), _arr((n,), np.float32)
+        jitops.subtract(x, y)
     assert _class_in_memo()
     cases = [
         (_arr((200,), np.float32)[::2], _arr((100,), np.float32)),  # strided
@@ -210,9 +218,30 @@ def test_floating_point_errors_on_new_shapes():
 
 
 def test_large_calls_leave_the_class_for_the_planner():
-    x = _arr((10,), np.float32)
-    jitops.subtract(x, x)
+    for n in (10, 11):  # the second shape makes the class
+        x = _arr((n,), np.float32)
+        jitops.subtract(x, x)
     ((_t, cls, _fo, _fn),) = shapeclass._CLASSES.values()
     n = int(cls[CLASS.MAX])
     big = _arr((n,), np.float32)
     np.testing.assert_array_equal(jitops.subtract(big, big), np.zeros(n, np.float32))
+
+
+def test_a_program_of_one_shape_never_compiles_the_class_planner(tmp_path):
+    # the class (and the planner its entry calls by address) is made at a second shape: a
+    # program that repeats one shape compiles neither
+    code = """
+import numpy as np, jitops
+from jitops.cpu.repeat import shapeclass
+x = np.ones(100, np.float32)
+for _ in range(5):
+    jitops.subtract(x, x)
+assert not shapeclass._PLAN and not shapeclass._CLASSES, "one shape compiled the planner"
+y = np.ones(101, np.float32)
+np.testing.assert_array_equal(jitops.subtract(y, y), np.zeros(101, np.float32))
+assert shapeclass._PLAN and len(shapeclass._CLASSES) == 1, "the second shape made no class"
+"""
+    env = dict(os.environ, JITOPS_CACHE_DIR=str(tmp_path))
+    res = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]

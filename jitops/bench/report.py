@@ -101,6 +101,9 @@ def markdown(result: dict) -> str:
             f"| the very first call on an empty cache (the serial driver too, once per machine) "
             f"| {c['compile_first_signature_s']:.3f} s | ≤ 1 s "
             f"| {'✅' if c['compile_first_signature_s'] <= 1 else '❌'} |",
+            *([f"| a second shape of that call (its shape class's planner, once per machine) "
+               f"| {c['compile_second_shape_s']:.3f} s | - | |"]
+              if "compile_second_shape_s" in c else []),
             f"| compile, first parallel call ever (the parallel driver, once per machine) "
             f"| {c['compile_parallel_driver_s']:.3f} s | - | |",
             f"| compile, a new signature (serial kernel: arrays under 65,536 elements) "

@@ -118,10 +118,11 @@ N_STATUS = 64
 #: ``PyArray_NewFromDescr`` or 0 where the result is not made here); the new result's type,
 #: dtype, rank and order (NumPy's flags word: ``NPY_ARRAY_F_CONTIGUOUS`` or 0); the pool
 #: control block whose sleeping workers it wakes first, or 0; a shape class's words
-#: (:data:`CLASS`), or 0; the inputs of a user op's task (0: a built-in op's x and y) and its
-#: serial driver's C address; the status objects; the new result's dims.
+#: (:data:`CLASS`) and its planner's C address (jitops.cpu.repeat.shapeclass), or 0s; the
+#: inputs of a user op's task (0: a built-in op's x and y) and its serial driver's C address;
+#: the status objects; the new result's dims.
 BLOCK = struct("Block", "TASK META INCREF DECREF PACK CLEAR SAVE RESTORE NEW TYPE DESCR ND ORDER "
-                        f"WAKE CLASS NIN DRIVER STATUS:{N_STATUS} DIMS")
+                        f"WAKE CLASS PLAN NIN DRIVER STATUS:{N_STATUS} DIMS")
 
 #: A shape class's words (jitops.cpu.repeat.shapeclass): its kind; which input has the result's
 #: shape (1: x, 2: y); each input's rank; the dtype objects of out, x, y; the ndarray type;

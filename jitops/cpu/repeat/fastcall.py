@@ -77,6 +77,7 @@ _call0 = _c_caller(0, types.int64)
 _pack2 = _c_caller(3, types.int64, vararg=True)
 _call8 = _c_caller(8, types.int64)
 _call3 = _c_caller(3, types.int64)
+_call6 = _c_caller(6, types.int64)
 
 
 @c_entry
@@ -101,9 +102,10 @@ def _repeat(self, args, nargs):
         x, y = a[first], a[nargs - 1]
         meta, nd, dims, n = block[B.META], block[B.ND], address_of(block) + 8 * B.DIMS, 0
         if block[B.CLASS] != 0:  # this call's meta, planned here on the stack
-            words = kernels.stack_words()
-            dims, nd, n = shapeclass.plan_call(block[B.CLASS], target, x, y,
-                                               address_of(words))
+            words, res = kernels.stack_words(), kernels.stack_words()
+            _call6(block[B.PLAN], block[B.CLASS], target, x, y, address_of(words),
+                   address_of(res))
+            dims, nd, n = res[0], res[1], res[2]
             meta = address_of(words) if dims != 0 else 0
         if meta != 0:
             if nargs == want:
@@ -241,7 +243,8 @@ def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
         B, TASK=task, META=meta.__array_interface__["data"][0], INCREF=incref, DECREF=decref,
         PACK=pack, CLEAR=clear, SAVE=save, RESTORE=restore, NEW=new, TYPE=id(np.ndarray),
         DESCR=id(dtype), ND=len(shape), ORDER=_F_CONTIGUOUS if order == ["F"] else 0, WAKE=wake,
-        CLASS=0 if cls is None else cls.__array_interface__["data"][0], NIN=nin,
+        CLASS=0 if cls is None else cls.__array_interface__["data"][0],
+        PLAN=0 if cls is None else shapeclass.plan_address(), NIN=nin,
         DRIVER=driver, STATUS=list(map(id, STATUSES)), DIMS=list(shape)), np.int64)
 
 

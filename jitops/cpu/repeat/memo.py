@@ -354,6 +354,7 @@ def record(key, launch, call, memo: Memo | None, op, operands: tuple, out, given
         _HEADERS.clear()
         _REPEATS.clear()
         shapeclass.clear()
+        _FIRST_SHAPES.clear()
     if FAST.get(key, launch) is not launch:  # an in-place launch in another's place: the
         _HEADERS.clear()  # entries and repeats bound to that one go (made again on demand)
         _REPEATS.clear()
@@ -380,6 +381,10 @@ def _first_of_class(memo, op, launch, call, operands, out, given) -> None:
         push(memo, r)
 
 
+#: The operand shapes of the first call of each class key: a class is made at the second.
+_FIRST_SHAPES: dict = {}
+
+
 def _class_repeat(op, launch, target, x, y, out, broadcast, axis, act, weak):
     """The :class:`Repeat` of a serial call whose compiled entry takes every shape of its
     class (jitops.cpu.repeat.shapeclass), or None."""
@@ -392,6 +397,10 @@ def _class_repeat(op, launch, target, x, y, out, broadcast, axis, act, weak):
         r = _REPEATS.get(ckey)
         if r is not None and r.broadcast is broadcast and r.axis is axis and r.act is act:
             return r
+    shapes = (x.shape, y.shape)
+    if _FIRST_SHAPES.setdefault(ckey, shapes) == shapes and not shapeclass.made(ckey):
+        return None  # one shape so far: its own repeat serves it (a program of one shape
+        # never compiles the class planner)
     found = shapeclass.entries(ckey, launch, target, x, y, out, fastcall.bind)
     if found is None:
         return None
@@ -568,6 +577,7 @@ def clear() -> None:
     _HEADERS.clear()
     _REPEATS.clear()
     shapeclass.clear()
+    _FIRST_SHAPES.clear()
     for memo in MEMOS:
         memo.latest = memo.before = None
 

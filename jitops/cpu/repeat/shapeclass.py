@@ -13,13 +13,15 @@ the planner's word for word (:func:`meta_of`), and its first result the planned 
 
 from __future__ import annotations
 
+import ctypes
+
 import numpy as np
-from numba import njit, types
+from numba import types
 from numba.extending import register_jitable
 
 from ...core import config
 from ..compile import cache, registries
-from ..compile.jit import inner
+from ..compile.jit import c_entry, inner
 from ..kernels import binary as K
 from ..kernels import layout
 from ..kernels.layout import CLASS as W
@@ -49,7 +51,7 @@ def _operand_ok(w, a, descr, nd):
     return (as_pointer(a + w[W.OFF_FLAGS], _I32)[0] & C_CONTIGUOUS) != 0
 
 
-@inner  # compiled once, called by both entries below (inlined, it compiled twice: 0.46 s)
+@inner
 def plan_call(cls, o, x, y, meta_addr):
     """Write the meta of a call of class ``cls`` (the address of its words) with objects
     ``o`` (0: the entry makes the result), ``x``, ``y`` at ``meta_addr`` (``MAX_DIMS``
@@ -139,13 +141,33 @@ def plan_call(cls, o, x, y, meta_addr):
     return _word(full, w[W.OFF_DIMS]), nd, n
 
 
-@njit
-def _plan_call(cls, o, x, y, meta_addr):
-    return plan_call(cls, o, x, y, meta_addr)
+@c_entry
+def _plan_entry(cls, o, x, y, meta_addr, res_addr):
+    """:func:`plan_call` as a C function (the class entry calls it by its address, so the
+    compiled entry of one-shape repeats never compiles the planner): ``(dims, nd, n)`` into
+    the three words at ``res_addr``."""
+    dims, nd, n = plan_call(cls, o, x, y, meta_addr)
+    r = as_pointer(res_addr, _I64)
+    r[0], r[1], r[2] = dims, nd, n
+    return 0
 
 
-cache.enable(_plan_call)
-_SIG = (_I64,) * 5
+cache.enable(_plan_entry)
+_PLAN: list = []  # (address, ctypes function) of _plan_entry, once compiled
+
+
+def plan_address() -> int:
+    """The C address of :func:`_plan_entry` (compiled, or loaded from the disk cache, on the
+    first class)."""
+    if not _PLAN:
+        sig = (_I64,) * 6
+        registries.compile_with(lambda: _plan_entry.compile(sig))
+        cres = _plan_entry.overloads[sig]
+        address = cres.library.get_pointer_to_function(cres.fndesc.llvm_cfunc_wrapper_name)
+        if not address:
+            raise RuntimeError("no C entry point was compiled for the class planner")
+        _PLAN.append((address, ctypes.CFUNCTYPE(*(ctypes.c_int64,) * 7)(address)))
+    return _PLAN[0][0]
 
 
 def limit(out: np.dtype, x: np.dtype, y: np.dtype, new: bool) -> int:
@@ -195,17 +217,18 @@ def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.nda
     """The meta the class entry writes for these objects (``target`` None: a new result),
     or None where they are not of the class."""
     m = np.zeros(K.MAX_DIMS, np.int64)
-    if _SIG not in _plan_call.overloads:
-        registries.compile_with(lambda: _plan_call.compile(_SIG))
-    found, _nd, _n = _plan_call(cls.__array_interface__["data"][0], 0 if target is None
-                         else id(target), id(x), id(y), m.__array_interface__["data"][0])
-    if found == 0:
+    res = np.zeros(3, np.int64)
+    plan_address()
+    _PLAN[0][1](cls.__array_interface__["data"][0], 0 if target is None else id(target),
+                id(x), id(y), m.__array_interface__["data"][0], res.__array_interface__["data"][0])
+    if res[0] == 0:
         return None
     return m[:layout.checks_at(K.NOPS, int(m[META.ND])) + K.NOPS * OPERAND.SIZE].copy()
 
 
 _CLASSES: dict = {}  # class key -> (words, template, entry taking out=, entry making the result)
 _FAILED: list = []  # why an entry differed from the planned call (then no class is used)
+_MADE: set = set()  # the class keys (without the kind) of the classes made
 
 
 def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out, bind):
@@ -245,9 +268,16 @@ def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out,
             _FAILED.append(f"class {key[-2:]} of {ckey[0]!r} differed from the planned call")
             return None
     found = _CLASSES[key] = (template, cls, f_out, f_new)
+    _MADE.add(ckey)
     return found
+
+
+def made(ckey) -> bool:
+    """Whether a class of ``ckey`` (its key without the kind) has been made."""
+    return ckey in _MADE
 
 
 def clear() -> None:
     """Forget the classes (a repeat that holds one keeps its words and entries alive)."""
     _CLASSES.clear()
+    _MADE.clear()
