@@ -224,7 +224,9 @@ def host_arrays(op: str | UserOp, operands: tuple, fname: str, act) -> tuple | N
         except KeyError:
             if len(_WEAK_ARRAYS) >= 4096:
                 _WEAK_ARRAYS.clear()
-            kop, weak = _WEAK_ARRAYS[key] = _weak_arrays(op, operands, fname, act)
+            kop, weak = _weak_arrays(op, operands, fname, act)
+            if isinstance(op, str):  # (a user op is not kept alive here)
+                _WEAK_ARRAYS[key] = kop, weak
         except TypeError:  # an unhashable act: the careful path says what is wrong
             return None
         if weak is None or any(type(v) is int and beyond_range(kop, operands, k, weak)
