@@ -106,3 +106,19 @@ def cgroup_v1_child(controller: str) -> str:
 def cgroup_join_source(d: str) -> str:
     """Python source that moves the process running it into cgroup ``d``."""
     return f"with open({os.path.join(d, 'cgroup.procs')!r}, 'w') as f:\n    f.write('0')\n"
+
+
+def counting_prepare(monkeypatch) -> list:
+    """Count the calls that go through the careful path (the pipeline's ``prepare``): the
+    list of their ops, appended to as they come."""
+    from jitops import dispatch
+
+    calls = []
+    real = dispatch.prepare
+
+    def counted(*args, **kwargs):
+        calls.append(args[1])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dispatch, "prepare", counted)
+    return calls

@@ -23,6 +23,8 @@ from jitops.cpu.kernels.layout import META
 from jitops.cpu.repeat import memo as repeat
 from jitops.cpu.threads import pool
 
+from .helpers import counting_prepare
+
 
 def _addr(a):
     return a.__array_interface__["data"][0]
@@ -249,19 +251,6 @@ def test_weak_scalars_repeat_through_the_fast_path(rng):
         np.testing.assert_array_equal(got, exp)
 
 
-def _counting_prepare(monkeypatch):
-    """Count the calls that go through the careful path (the pipeline's ``prepare``)."""
-    calls = []
-    real = dispatch.prepare
-
-    def counted(*args, **kwargs):
-        calls.append(args[1])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(dispatch, "prepare", counted)
-    return calls
-
-
 # the fast path's mechanics per kind of scalar; promotion itself is tested on the careful
 # path (test_ops, test_values), and each pair here compiles kernels (the suite's time budget)
 @pytest.mark.parametrize("scalar, dtype", [
@@ -273,7 +262,7 @@ def test_numpy_scalars_repeat_through_the_fast_path(scalar, dtype, rng, monkeypa
     # path turned into a 0-d array on every call (~50 us). As a 0-d array it repeats on the
     # fast path, keyed by its dtype, each call's value read afresh.
     x = (rng.standard_normal(33) * 20).astype(dtype)
-    calls = _counting_prepare(monkeypatch)
+    calls = counting_prepare(monkeypatch)
     repeat.FAST.clear()
     for k, v in enumerate((3, 0, 1, 7)):
         s = scalar(v)
@@ -306,7 +295,7 @@ def test_integer_elementwise_div_repeats_with_its_zero_check(dtype, rng, monkeyp
     x = rng.integers(0, 100, 50).astype(dtype)
     y = rng.integers(1, 9, 50).astype(dtype)
     out = np.full(50, 77, dtype)
-    calls = _counting_prepare(monkeypatch)
+    calls = counting_prepare(monkeypatch)
     repeat.FAST.clear()
     for _ in range(3):
         np.testing.assert_array_equal(jitops.elementwise_div(x, y, out=out), x // y)

@@ -19,6 +19,8 @@ import jitops.openvino as ov
 from jitops import dispatch
 from jitops.core import pipeline
 
+from .helpers import counting_prepare
+
 #: Weak Python scalars at the edges NumPy's rules meet: bool, int64's ends and beyond, the
 #: float specials, a complex.
 WEAK = (True, 0, -3, 7, (1 << 63) - 1, 1 << 63, 1 << 70, 1.5, -0.0, math.nan, math.inf, 2 + 1j)
@@ -73,18 +75,6 @@ def test_two_python_ints_compare_as_numpy(name):
         assert type(got) is type(exp) and np.array_equal(got, exp), (x, y)
 
 
-def _counting_prepare(monkeypatch):
-    calls = []
-    real = dispatch.prepare
-
-    def counted(*args, **kwargs):
-        calls.append(args[1])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(dispatch, "prepare", counted)
-    return calls
-
-
 def test_lists_answer_as_the_careful_path(monkeypatch):
     x = np.arange(12, dtype=np.float32).reshape(3, 4)
     cases = [
@@ -121,7 +111,7 @@ def test_lists_answer_as_the_careful_path(monkeypatch):
 def test_lists_and_numbers_repeat_without_the_pipeline(monkeypatch):
     jitops.add([1.0, 2.0, 3.0], [4.0, 5.0, 6.0])  # settles the launches
     jitops.multiply(3, 2.5)
-    calls = _counting_prepare(monkeypatch)
+    calls = counting_prepare(monkeypatch)
     for k in range(5):
         r = jitops.add([1.0, 2.0, float(k)], [4.0, 5.0, 6.0])
         np.testing.assert_array_equal(r, [5.0, 7.0, k + 6.0])
@@ -141,7 +131,7 @@ def test_a_user_op_takes_lists_and_numbers_as_arrays(monkeypatch):
     x = np.arange(5, dtype=np.float32)
     fma([1.0, 2.0], [3.0, 4.0], [5.0, 6.0])
     fma(x, np.float32(2), x)
-    calls = _counting_prepare(monkeypatch)
+    calls = counting_prepare(monkeypatch)
     np.testing.assert_array_equal(fma([1.0, 2.0], [3.0, 4.0], [5.0, 7.0]), [8.0, 15.0])
     for v in (3, -1):  # x * s + x, each call's scalar read afresh
         got = fma(x, np.float32(v), x)
