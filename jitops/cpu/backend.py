@@ -250,11 +250,6 @@ class _Output:
     def new_output(self) -> np.ndarray:
         return _new_array(self.shape, self.dtype, self.strides)
 
-    def makes_c_order(self) -> bool:
-        """Whether a new result is a plain C-ordered array (not a recycled buffer's view)."""
-        return self.strides is None and \
-            math.prod(self.shape) * self.dtype.itemsize < config.RECYCLE_MIN_BYTES
-
     def entry_result(self) -> tuple | None:
         """(dtype, shape, order) of the new result a compiled entry makes
         (jitops.cpu.repeat.fastcall): C- or Fortran-ordered, below the recycled sizes; None
@@ -269,16 +264,15 @@ class _Output:
         return None
 
 
-def _dense_maker(o: _Output) -> Callable[[], np.ndarray] | None:
+def _transposed_maker(o: _Output) -> Callable[[], np.ndarray] | None:
     """A maker of ``o``'s new result below the recycled sizes whose byte strides are its axes
-    laid out densely in some order (Fortran's, or a transpose's): ``np.empty`` in that order,
-    transposed back; None for any other result."""
+    laid out densely in another order than C's or Fortran's (a transpose's): ``np.empty`` in
+    that order, transposed back; None for any other result."""
     shape, strides = o.shape, o.strides
-    if math.prod(shape) * o.dtype.itemsize >= config.RECYCLE_MIN_BYTES or not all(shape):
+    if strides is None or not all(shape) \
+            or math.prod(shape) * o.dtype.itemsize >= config.RECYCLE_MIN_BYTES:
         return None
     order = sorted(range(len(shape)), key=lambda d: -strides[d])
-    if np.empty(shape, o.dtype, order="F").strides == strides:
-        return partial(np.empty, shape, o.dtype, order="F")
     inner = tuple(shape[d] for d in order)
     back = tuple(order.index(d) for d in range(len(shape)))
     if np.empty(inner, o.dtype).transpose(back).strides != strides:
@@ -330,8 +324,14 @@ class Launch(_Output):
         buffer)."""
         maker = self.maker
         if maker is None:
-            maker = self.maker = partial(np.empty, self.shape, self.dtype) \
-                if self.makes_c_order() else _dense_maker(self) or self.new_output
+            made = self.entry_result()
+            if made is None:
+                maker = _transposed_maker(self) or self.new_output
+            elif made[2] == "C":
+                maker = partial(np.empty, self.shape, self.dtype)
+            else:
+                maker = partial(np.empty, self.shape, self.dtype, order="F")
+            self.maker = maker
         return maker
 
     def run(self, target: np.ndarray, x: np.ndarray, y: np.ndarray, fname: str,

@@ -229,10 +229,10 @@ def _functions() -> tuple[int, ...]:
 
 def _block(task: int, meta: np.ndarray, size: int, result, wake: int = 0,
            cls: np.ndarray | None = None, nin: int = 0, driver: int = 0) -> np.ndarray:
-    """The words :func:`_repeat` reads (jitops.cpu.kernels.layout.BLOCK). ``result``: (dtype, shape)
-    or (dtype, shape, order) of the new result the entry makes (order "C", the default, or
-    "F"), or None; ``wake``: a pool control block to wake first, or 0; ``cls``: a shape
-    class's words (``size`` then is the class's limit)."""
+    """The words :func:`_repeat` reads (jitops.cpu.kernels.layout.BLOCK). ``result``: (dtype,
+    shape) or (dtype, shape, order "C" or "F") of the new result the entry makes (C-ordered
+    where no order is given), or None; ``wake``: a pool control block to wake first, or 0;
+    ``cls``: a shape class's words (``size`` then is the class's limit)."""
     incref, decref, pack, clear, save, restore, new = _functions()
     if size < RELEASE_GIL_FROM:
         save = restore = 0
@@ -359,9 +359,8 @@ def verify(launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, new_result:
         ok = ok and g(x, y) == kernels.MISMATCH and _refuses(f, got, (x, y))
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
         ok = f"{type(e).__name__}: {e}"
-    _settle(ok, ("out", _new_path("new", made)) if makes else ("out",), "its first run "
-            "differed from Numba's "
-            "wrapper")
+    _settle(ok, ("out", _new_path("new", made)) if makes else ("out",),
+            "its first run differed from Numba's wrapper")
 
 
 def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> None:
@@ -385,6 +384,5 @@ def verify_user(launch, target: np.ndarray, inputs: tuple, new_result: bool) -> 
         ok = ok and _refuses(f, got, inputs)
     except Exception as e:  # noqa: BLE001 - any failure means: not this way
         ok = f"{type(e).__name__}: {e}"
-    _settle(ok, ("user", _new_path("user-new", made)) if makes else ("user",), "its first "
-            "run of a user op "
-            "differed from the driver's")
+    _settle(ok, ("user", _new_path("user-new", made)) if makes else ("user",),
+            "its first run of a user op differed from the driver's")

@@ -156,9 +156,9 @@ cache.enable(_plan_entry)
 _PLAN: list = []  # (address, ctypes function) of _plan_entry, once compiled
 
 
-def plan_address() -> int:
-    """The C address of :func:`_plan_entry` (compiled, or loaded from the disk cache, on the
-    first class)."""
+def _planner() -> tuple:
+    """The C address of :func:`_plan_entry` and a ctypes function calling it (compiled, or
+    loaded from the disk cache, on the first class)."""
     if not _PLAN:
         sig = (_I64,) * 6
         registries.compile_with(lambda: _plan_entry.compile(sig))
@@ -167,7 +167,12 @@ def plan_address() -> int:
         if not address:
             raise RuntimeError("no C entry point was compiled for the class planner")
         _PLAN.append((address, ctypes.CFUNCTYPE(*(ctypes.c_int64,) * 7)(address)))
-    return _PLAN[0][0]
+    return _PLAN[0]
+
+
+def plan_address() -> int:
+    """The C address of the class planner the entries call (:func:`_plan_entry`)."""
+    return _planner()[0]
 
 
 def limit(out: np.dtype, x: np.dtype, y: np.dtype, new: bool) -> int:
@@ -218,9 +223,9 @@ def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.nda
     or None where they are not of the class."""
     m = np.zeros(K.MAX_DIMS, np.int64)
     res = np.zeros(3, np.int64)
-    plan_address()
-    _PLAN[0][1](cls.__array_interface__["data"][0], 0 if target is None else id(target),
-                id(x), id(y), m.__array_interface__["data"][0], res.__array_interface__["data"][0])
+    _planner()[1](cls.__array_interface__["data"][0], 0 if target is None else id(target),
+                  id(x), id(y), m.__array_interface__["data"][0],
+                  res.__array_interface__["data"][0])
     if res[0] == 0:
         return None
     return m[:layout.checks_at(K.NOPS, int(m[META.ND])) + K.NOPS * OPERAND.SIZE].copy()
@@ -228,7 +233,6 @@ def meta_of(cls: np.ndarray, target: np.ndarray | None, x: np.ndarray, y: np.nda
 
 _CLASSES: dict = {}  # class key -> (words, template, entry taking out=, entry making the result)
 _FAILED: list = []  # why an entry differed from the planned call (then no class is used)
-_MADE: set = set()  # the class keys (without the kind) of the classes made
 
 
 def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out, bind):
@@ -268,16 +272,14 @@ def entries(ckey, launch, target: np.ndarray, x: np.ndarray, y: np.ndarray, out,
             _FAILED.append(f"class {key[-2:]} of {ckey[0]!r} differed from the planned call")
             return None
     found = _CLASSES[key] = (template, cls, f_out, f_new)
-    _MADE.add(ckey)
     return found
 
 
 def made(ckey) -> bool:
     """Whether a class of ``ckey`` (its key without the kind) has been made."""
-    return ckey in _MADE
+    return any(key[:-2] == ckey for key in _CLASSES)
 
 
 def clear() -> None:
     """Forget the classes (a repeat that holds one keeps its words and entries alive)."""
     _CLASSES.clear()
-    _MADE.clear()
